@@ -1,0 +1,264 @@
+"""The FastAPI app: one route table, one request path, one error handler."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import orjson
+from fastapi import Body, FastAPI, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import Discriminator, Tag
+
+import ember
+from ember.api import operations as ops
+from ember.api import schemas as s
+from ember.api.errors import error_response, install_error_handlers
+from ember.api.middleware import EdgeMiddleware
+from ember.config import ServerSettings, settings_from_env
+from ember.engine.engine import EngineArray
+from ember.errors import EmberError, error_body
+
+log = logging.getLogger(__name__)
+
+Operation = Callable[[EngineArray, Any, int], Awaitable[ops.Reply]]
+
+
+def _rerank_kind(value: Any) -> str:
+    return "tei" if isinstance(value, dict) and "texts" in value else "cohere"
+
+
+AnyRerankRequest = Annotated[
+    Annotated[s.RerankRequest, Tag("cohere")] | Annotated[s.TEIRerankRequest, Tag("tei")],
+    Discriminator(_rerank_kind),
+]
+
+
+async def rerank_either(engines: EngineArray, body: Any, limit: int) -> ops.Reply:
+    """``/rerank`` serves Cohere's body (``documents``) and TEI's (``texts``)."""
+    if isinstance(body, s.TEIRerankRequest):
+        return await ops.tei_rerank(engines, body, limit)
+    return await ops.cohere_rerank(engines, body, limit)
+
+
+@dataclass(frozen=True)
+class ModelRoute:
+    paths: tuple[str, ...]
+    body: Any
+    operation: Operation
+    summary: str
+    tag: str
+
+
+ROUTES = (
+    ModelRoute(
+        ("/v1/embeddings", "/embeddings"),
+        s.EmbeddingsRequest,
+        ops.openai_embeddings,
+        "Create embeddings (OpenAI-compatible)",
+        "OpenAI",
+    ),
+    ModelRoute(
+        ("/v1/rerank", "/v2/rerank"),
+        s.RerankRequest,
+        ops.cohere_rerank,
+        "Rerank documents (Cohere-compatible)",
+        "Cohere",
+    ),
+    ModelRoute(
+        ("/rerank",),
+        AnyRerankRequest,
+        rerank_either,
+        "Rerank: Cohere body (`documents`) or TEI body (`texts`)",
+        "Cohere / TEI",
+    ),
+    ModelRoute(("/classify",), s.ClassifyRequest, ops.classify, "Classify texts", "Classify"),
+    ModelRoute(
+        ("/predict",),
+        s.TEIPredictRequest,
+        ops.tei_predict,
+        "Classify texts (TEI-compatible)",
+        "TEI",
+    ),
+    ModelRoute(("/embed",), s.TEIEmbedRequest, ops.tei_embed, "Embed (TEI-compatible)", "TEI"),
+    ModelRoute(
+        ("/tokenize",), s.TEITokenizeRequest, ops.tei_tokenize, "Tokenize (TEI-compatible)", "TEI"
+    ),
+)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.3f}"
+
+
+async def _until_disconnected(request: Request) -> None:
+    """Returns when the client goes away (the body has been read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def run_operation(request: Request, operation: Operation, body: Any) -> Response:
+    """The shared request path of every model route."""
+    started = time.perf_counter()
+    state = request.app.state
+    work = asyncio.ensure_future(
+        operation(state.engines, body, state.settings.max_client_batch_size)
+    )
+    watcher = asyncio.ensure_future(_until_disconnected(request))
+    try:
+        await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not work.done():  # client left: cancelling drops its queued texts
+        work.cancel()
+        return error_response(499, error_body("client disconnected", "client_closed", 499))
+    reply = work.result()  # raises EmberError -> the app's handler
+    t0 = time.perf_counter()
+    content = orjson.dumps(reply.body, option=orjson.OPT_SERIALIZE_NUMPY)
+    serialize = time.perf_counter() - t0
+    state.metrics.stage_seconds.labels("all", "serialize").observe(serialize)
+    t = reply.timings
+    headers = {
+        "x-tokenization-time": _ms(t.tokenize),
+        "x-queue-time": _ms(t.queue),
+        "x-inference-time": _ms(t.forward),
+        "x-serialization-time": _ms(serialize),
+        "x-total-time": _ms(time.perf_counter() - started),
+    }
+    return Response(content, media_type="application/json", headers=headers)
+
+
+def _endpoint(route: ModelRoute) -> Callable[..., Awaitable[Response]]:
+    async def endpoint(request: Request, body: Any) -> Response:
+        return await run_operation(request, route.operation, body)
+
+    # FastAPI reads the body model from the signature; set it per route.
+    endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(
+                "request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request
+            ),
+            inspect.Parameter(
+                "body",
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                annotation=Annotated[route.body, Body()],
+            ),
+        ]
+    )
+    return endpoint
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def create_app(
+    settings: ServerSettings | None = None,
+    engines: EngineArray | None = None,
+    *,
+    on_load_failure: Callable[[BaseException], None] | None = None,
+) -> FastAPI:
+    """Build the HTTP app. Models load in the background so /health answers at once;
+    /ready turns 200 once every model is loaded and warmed."""
+    settings = settings or settings_from_env()
+    engines = engines or EngineArray(settings.model_specs())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.load_error = None
+        loader = asyncio.create_task(_load(app))
+        try:
+            yield
+        finally:
+            loader.cancel()
+            await engines.stop()
+
+    async def _load(app: FastAPI) -> None:
+        try:
+            if not engines.started:
+                await engines.start()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            app.state.load_error = exc
+            log.exception("loading models failed")
+            if on_load_failure is not None:
+                on_load_failure(exc)
+
+    app = FastAPI(
+        title="Ember",
+        version=ember.__version__,
+        summary="Embeddings, reranking and classification: OpenAI-, Cohere- and TEI-compatible.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engines = engines
+    app.state.metrics = engines.metrics
+    app.state.load_error = None
+    install_error_handlers(app)
+
+    for route in ROUTES:
+        for path in route.paths:
+            app.add_api_route(
+                path,
+                _endpoint(route),
+                methods=["POST"],
+                summary=route.summary,
+                tags=[route.tag],
+                response_class=Response,
+            )
+
+    @app.get("/v1/models", tags=["OpenAI"], summary="Served models")
+    @app.get("/models", include_in_schema=False)
+    async def models() -> Response:
+        return _json(ops.models_list(engines))
+
+    @app.get("/info", tags=["TEI"], summary="Model and server facts (TEI-compatible)")
+    async def info() -> Response:
+        return _json(ops.tei_info(engines, ember.__version__, settings.max_client_batch_size))
+
+    @app.get("/health", tags=["Operations"], summary="Alive (200) unless loading failed")
+    async def health(request: Request) -> Response:
+        if request.app.state.load_error is not None:
+            return _load_failed(request)
+        return _json({"status": "ok"})
+
+    @app.get("/ready", tags=["Operations"], summary="200 once every model is loaded and warm")
+    async def ready(request: Request) -> Response:
+        if request.app.state.load_error is not None:
+            return _load_failed(request)
+        if not engines.ready:
+            loading = [e.name or e.spec.model_id for e in engines if not e.ready]
+            return error_response(
+                503, error_body(f"loading: {', '.join(loading)}", "service_unavailable", 503)
+            )
+        return _json({"status": "ready", "models": engines.names})
+
+    @app.get("/metrics", tags=["Operations"], summary="Prometheus metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(engines.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    paths = {r.path for r in app.routes if hasattr(r, "path")}  # type: ignore[attr-defined]
+    app.add_middleware(
+        EdgeMiddleware,
+        api_key=settings.api_key,
+        payload_limit=settings.payload_limit,
+        metrics=engines.metrics,
+        known_paths=lambda: paths,
+    )
+    return app
+
+
+def _load_failed(request: Request) -> Response:
+    exc = request.app.state.load_error
+    message = exc.message if isinstance(exc, EmberError) else f"{type(exc).__name__}: {exc}"
+    return error_response(503, error_body(f"model loading failed: {message}", "server_error", 503))

@@ -1,0 +1,82 @@
+"""The one place where exceptions become OpenAI-shaped HTTP error bodies."""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from ember.errors import EmberError, error_body
+
+log = logging.getLogger(__name__)
+
+_HTTP_TYPES = {
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error_response(status: int, body: dict, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        orjson.dumps(body), status_code=status, media_type="application/json", headers=headers
+    )
+
+
+def ember_error_response(exc: EmberError) -> Response:
+    headers = {"Retry-After": "1"} if exc.status_code == 429 else None
+    return error_response(exc.status_code, exc.to_body(), headers)
+
+
+def validation_message(errors: list[dict]) -> tuple[int, str, str | None]:
+    """(status, message, param) for pydantic's error list: the first problems, readably."""
+    if any(e.get("type") == "json_invalid" for e in errors):
+        detail = next(e for e in errors if e.get("type") == "json_invalid")
+        return (
+            400,
+            f"request body is not valid JSON: {detail.get('ctx', {}).get('error', '')}",
+            None,
+        )
+    parts, param = [], None
+    for err in errors[:3]:
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        if param is None and loc:
+            param = loc[0]
+        parts.append(f"{'.'.join(loc) or 'body'}: {err.get('msg', 'invalid')}")
+    more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
+    return 422, "; ".join(parts) + more, param
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(EmberError)
+    async def _ember(_: Request, exc: EmberError) -> Response:
+        if exc.status_code >= 500:
+            log.error("%s: %s", type(exc).__name__, exc.message)
+        return ember_error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> Response:
+        status, message, param = validation_message(list(exc.errors()))
+        return error_response(status, error_body(message, "invalid_request_error", status, param))
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, exc: HTTPException) -> Response:
+        kind = _HTTP_TYPES.get(exc.status_code, "invalid_request_error")
+        return error_response(
+            exc.status_code,
+            error_body(str(exc.detail), kind, exc.status_code),
+            getattr(exc, "headers", None),
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> Response:
+        log.exception("unhandled error")
+        return error_response(
+            500, error_body(f"internal error: {type(exc).__name__}", "server_error", 500)
+        )

@@ -1,0 +1,120 @@
+"""ASGI edge: API key, payload limit and request metrics, before any routing or parsing.
+
+Pure ASGI (no BaseHTTPMiddleware) so it adds no task or copy per request.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from ember.api.errors import ember_error_response
+from ember.errors import EmberError, PayloadTooLarge, Unauthorized
+from ember.metrics import Metrics
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+OPEN_PATHS = frozenset(
+    {
+        "/health",
+        "/ready",
+        "/metrics",
+        "/docs",
+        "/redoc",
+        "/openapi.json",
+        "/docs/oauth2-redirect",
+        "/",
+        "/favicon.ico",
+    }
+)
+
+
+class EdgeMiddleware:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        api_key: str | None,
+        payload_limit: int,
+        metrics: Metrics,
+        known_paths: Callable[[], set[str]],
+    ) -> None:
+        self.app = app
+        self.api_key = api_key.encode() if api_key else None
+        self.payload_limit = payload_limit
+        self.metrics = metrics
+        self.known_paths = known_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        route = path if path in self.known_paths() else "unmatched"
+        status_seen = {"status": 500}
+
+        async def send_tracking(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status_seen["status"] = message["status"]
+            await send(message)
+
+        try:
+            self._check_key(scope, path)
+            receive = await self._limited(scope, receive)
+        except EmberError as exc:
+            await ember_error_response(exc)(scope, receive, send_tracking)
+        else:
+            await self.app(scope, receive, send_tracking)
+        finally:
+            self.metrics.requests.labels(route, str(status_seen["status"])).inc()
+
+    def _check_key(self, scope: Scope, path: str) -> None:
+        if self.api_key is None or path in OPEN_PATHS:
+            return
+        header = b""
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                header = value
+                break
+        scheme, _, token = header.partition(b" ")
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.api_key):
+            raise Unauthorized("missing or wrong API key: send `Authorization: Bearer <key>`")
+
+    async def _limited(self, scope: Scope, receive: Receive) -> Receive:
+        """Refuse bodies over the limit: by Content-Length, or by counting a chunked body."""
+        declared = None
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                declared = int(value) if value.isdigit() else None
+        if declared is not None:
+            if declared > self.payload_limit:
+                raise PayloadTooLarge(self._too_large(declared))
+            return receive
+        if scope.get("method") in ("GET", "HEAD"):
+            return receive
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                chunks.append(message)
+                break
+            size += len(message.get("body", b""))
+            if size > self.payload_limit:
+                raise PayloadTooLarge(self._too_large(size))
+            chunks.append(message)
+            if not message.get("more_body", False):
+                break
+        replay = iter(chunks)
+
+        async def replayed() -> Message:
+            return next(replay, None) or await receive()
+
+        return replayed
+
+    def _too_large(self, size: int) -> str:
+        return f"request body of {size} bytes is over --payload-limit {self.payload_limit}"

@@ -1,0 +1,222 @@
+"""What each model route does: request body -> engine call -> response body.
+
+Every operation has the same shape, ``(engines, body, limits) -> Reply``, so the
+HTTP layer (and the platform adapters' ``/invocations``) run them through one path.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ember.api import schemas as s
+from ember.engine.engine import EngineArray, Timings
+from ember.errors import PayloadTooLarge
+from ember.tasks.postprocess import to_base64
+
+
+@dataclass
+class Reply:
+    body: Any
+    timings: Timings
+
+
+def _as_list(value: Any) -> list:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def check_batch(count: int, limit: int, param: str) -> None:
+    if count > limit:
+        raise PayloadTooLarge(
+            f"{count} {param} in one request; --max-client-batch-size allows {limit}",
+            param=param,
+        )
+
+
+def _usage(tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": tokens, "total_tokens": tokens}
+
+
+async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, limit: int) -> Reply:
+    raw = body.input
+    if isinstance(raw, str):
+        inputs: list = [raw]
+    elif raw and isinstance(raw[0], int):
+        inputs = [raw]  # one token-id sequence
+    else:
+        inputs = list(raw)
+    check_batch(len(inputs), limit, "input")
+    engine = engines.for_task(body.model, "embed")
+    result = await engine.embed(inputs, dimensions=body.dimensions, truncate=body.truncate)
+    encode = to_base64 if body.encoding_format == "base64" else (lambda v: v)
+    data = [
+        {"object": "embedding", "embedding": encode(vec), "index": i}
+        for i, vec in enumerate(result.outputs)
+    ]
+    return Reply(
+        {
+            "object": "list",
+            "data": data,
+            "model": engine.name,
+            "usage": _usage(result.prompt_tokens),
+        },
+        result.timings,
+    )
+
+
+async def tei_embed(engines: EngineArray, body: s.TEIEmbedRequest, limit: int) -> Reply:
+    texts = _as_list(body.inputs)
+    check_batch(len(texts), limit, "inputs")
+    engine = engines.for_task(body.model, "embed")
+    result = await engine.embed(
+        texts,
+        normalize=body.normalize,
+        dimensions=body.dimensions,
+        truncate=body.truncate,
+        truncation_direction=body.truncation_direction.lower(),  # type: ignore[arg-type]
+        prompt_name=body.prompt_name,
+    )
+    return Reply(result.outputs, result.timings)
+
+
+async def cohere_rerank(engines: EngineArray, body: s.RerankRequest, limit: int) -> Reply:
+    docs = [d if isinstance(d, str) else d.text for d in body.documents]
+    check_batch(len(docs), limit, "documents")
+    engine = engines.for_task(body.model, "rerank")
+    result = await engine.rerank(
+        body.query, docs, raw_scores=body.raw_scores, truncate=body.truncate
+    )
+    order = np.argsort(-result.outputs, kind="stable")[: body.top_n]
+    results = []
+    for i in order:
+        item: dict[str, Any] = {"index": int(i), "relevance_score": float(result.outputs[i])}
+        if body.return_documents:
+            item["document"] = {"text": docs[i]}
+        results.append(item)
+    return Reply(
+        {
+            "id": str(uuid.uuid4()),
+            "object": "rerank",
+            "results": results,
+            "model": engine.name,
+            "usage": _usage(result.prompt_tokens),
+            "created": int(time.time()),
+        },
+        result.timings,
+    )
+
+
+async def tei_rerank(engines: EngineArray, body: s.TEIRerankRequest, limit: int) -> Reply:
+    check_batch(len(body.texts), limit, "texts")
+    engine = engines.for_task(body.model, "rerank")
+    result = await engine.rerank(
+        body.query, body.texts, raw_scores=body.raw_scores, truncate=body.truncate
+    )
+    order = np.argsort(-result.outputs, kind="stable")
+    ranked = []
+    for i in order:
+        item: dict[str, Any] = {"index": int(i), "score": float(result.outputs[i])}
+        if body.return_text:
+            item["text"] = body.texts[i]
+        ranked.append(item)
+    return Reply(ranked, result.timings)
+
+
+async def classify(engines: EngineArray, body: s.ClassifyRequest, limit: int) -> Reply:
+    texts = _as_list(body.input)
+    check_batch(len(texts), limit, "input")
+    engine = engines.for_task(body.model, "classify")
+    labels, result = await engine.classify(
+        texts, raw_scores=body.raw_scores, truncate=body.truncate
+    )
+    return Reply(
+        {
+            "id": str(uuid.uuid4()),
+            "object": "classify",
+            "data": labels,
+            "model": engine.name,
+            "usage": _usage(result.prompt_tokens),
+            "created": int(time.time()),
+        },
+        result.timings,
+    )
+
+
+async def tei_predict(engines: EngineArray, body: s.TEIPredictRequest, limit: int) -> Reply:
+    texts = _as_list(body.inputs)
+    check_batch(len(texts), limit, "inputs")
+    engine = engines.for_task(body.model, "classify")
+    labels, result = await engine.classify(
+        texts, raw_scores=body.raw_scores, truncate=body.truncate
+    )
+    return Reply(labels[0] if isinstance(body.inputs, str) else labels, result.timings)
+
+
+async def tei_tokenize(engines: EngineArray, body: s.TEITokenizeRequest, limit: int) -> Reply:
+    texts = _as_list(body.inputs)
+    check_batch(len(texts), limit, "inputs")
+    engine = engines.get(body.model)
+    if body.prompt_name and engine.model is not None:
+        texts = engine._with_prompt(texts, body.prompt_name)
+    tokens = await engine.tokenize(texts, add_special_tokens=body.add_special_tokens)
+    return Reply(tokens, Timings())
+
+
+def models_list(engines: EngineArray) -> dict[str, Any]:
+    data = []
+    for engine in engines:
+        entry: dict[str, Any] = {
+            "id": engine.name,
+            "object": "model",
+            "owned_by": "ember",
+            "created": 0,
+            "ready": engine.ready,
+        }
+        if engine.model is not None and engine.backend is not None:
+            entry.update(
+                task=engine.model.task,
+                backend=engine.backend.info.name,
+                device=engine.backend.info.device,
+                dtype=engine.backend.info.dtype,
+                max_input_length=engine.tokenizer.max_length if engine.tokenizer else None,
+            )
+        data.append(entry)
+    return {"object": "list", "data": data}
+
+
+def tei_info(engines: EngineArray, version: str, max_client_batch_size: int) -> dict[str, Any]:
+    """TEI's /info for the first model; ``models`` lists every served one."""
+    first = engines.engines[0]
+    info: dict[str, Any] = {
+        "model_id": first.name,
+        "version": version,
+        "models": engines.names,
+        "max_client_batch_size": max_client_batch_size,
+    }
+    if first.model is None or first.backend is None or first.tokenizer is None:
+        return info
+    m = first.model
+    if m.task == "embed":
+        model_type: dict[str, Any] = {"embedding": {"pooling": m.pooling}}
+    else:
+        kind = "reranker" if m.task == "rerank" else "classifier"
+        labels = {str(k): v for k, v in m.id2label.items()}
+        model_type = {
+            kind: {"id2label": labels, "label2id": {v: int(k) for k, v in labels.items()}}
+        }
+    info.update(
+        model_sha=None,
+        model_dtype=first.backend.info.dtype,
+        model_type=model_type,
+        backend=first.backend.info.name,
+        device=first.backend.info.device,
+        max_input_length=first.tokenizer.max_length,
+        max_batch_tokens=first.spec.max_batch_tokens,
+        max_batch_requests=first.spec.max_batch_size,
+        max_concurrent_requests=first.spec.max_queue_size,
+    )
+    return info

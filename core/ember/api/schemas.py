@@ -1,0 +1,105 @@
+"""Request bodies of the OpenAI-, Cohere- and TEI-compatible routes.
+
+Responses are plain dicts serialised by orjson (numpy arrays included), so only
+requests are modelled here; the response shapes are documented in the README.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NonEmptyText = Annotated[str, Field(min_length=1)]
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+
+
+class _Body(BaseModel):
+    # Clients send fields we do not use (OpenAI's `user`, Cohere's `max_chunks_per_doc`).
+    model_config = ConfigDict(extra="ignore")
+
+
+class EmbeddingsRequest(_Body):
+    """OpenAI ``POST /v1/embeddings``."""
+
+    input: (
+        NonEmptyText
+        | Annotated[list[NonEmptyText], Field(min_length=1)]
+        | TokenIds
+        | Annotated[list[TokenIds], Field(min_length=1)]
+    ) = Field(description="A string, a list of strings, token ids, or a list of token-id lists.")
+    model: str | None = Field(None, description="Served model name; any name with one model.")
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="base64: little-endian float32 bytes."
+    )
+    dimensions: int | None = Field(
+        None, description="Matryoshka: keep the first N values, then re-normalise."
+    )
+    user: str | None = None
+    truncate: bool = Field(True, description="Cut text past the model's max tokens (else 400).")
+
+
+class RerankDocument(_Body):
+    text: NonEmptyText
+
+
+class RerankRequest(_Body):
+    """Cohere-compatible ``POST /v1/rerank`` (also ``/v2/rerank``, ``/rerank``)."""
+
+    query: NonEmptyText
+    documents: Annotated[list[NonEmptyText | RerankDocument], Field(min_length=1)]
+    model: str | None = None
+    top_n: int | None = Field(None, ge=1, description="Return only the best N.")
+    return_documents: bool = False
+    raw_scores: bool = Field(False, description="Logits instead of sigmoid scores.")
+    truncate: bool = True
+
+
+class TEIRerankRequest(_Body):
+    """TEI ``POST /rerank``: told apart from Cohere's body by ``texts``."""
+
+    query: NonEmptyText
+    texts: Annotated[list[NonEmptyText], Field(min_length=1)]
+    return_text: bool = False
+    raw_scores: bool = False
+    truncate: bool = True
+    model: str | None = None
+
+
+class ClassifyRequest(_Body):
+    """``POST /classify`` (Infinity-style)."""
+
+    input: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
+    model: str | None = None
+    raw_scores: bool = False
+    truncate: bool = True
+
+
+class TEIPredictRequest(_Body):
+    """TEI ``POST /predict``."""
+
+    inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
+    raw_scores: bool = False
+    truncate: bool = True
+    model: str | None = None
+
+
+class TEIEmbedRequest(_Body):
+    """TEI ``POST /embed``."""
+
+    inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
+    normalize: bool = True
+    truncate: bool = True
+    truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
+    prompt_name: str | None = None
+    dimensions: int | None = None
+    model: str | None = None
+
+
+class TEITokenizeRequest(_Body):
+    """TEI ``POST /tokenize``."""
+
+    inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
+    add_special_tokens: bool = True
+    prompt_name: str | None = None
+    model: str | None = None

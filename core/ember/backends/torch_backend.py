@@ -1,0 +1,112 @@
+"""PyTorch backend: transformers models with SDPA attention, in inference mode."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+import numpy as np
+
+from ember.backends.base import BackendInfo, TokenBatch
+from ember.config import cpu_count
+from ember.errors import ConfigError, MissingDependency
+from ember.models.spec import ResolvedModel
+from ember.tasks.pooling import pool_torch
+
+log = logging.getLogger(__name__)
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - exercised only without torch
+    torch = None  # type: ignore[assignment]
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("--device cuda asked for, but torch sees no CUDA device")
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    if dtype == "int8":
+        raise ConfigError("--dtype int8 is served by --backend onnx or ct2, not torch")
+    if dtype == "auto":
+        return torch.float16 if device == "cuda" else torch.float32
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+
+
+def configure_cpu_threads() -> None:
+    # One forward pass runs at a time (a single worker thread), so its intra-op pool
+    # may use every core; inter-op parallelism only adds contention on a small CPU.
+    # Tokenisation runs on other threads between forwards and is ~5% of the work.
+    cores = cpu_count()
+    if torch.get_num_threads() != cores:
+        torch.set_num_threads(cores)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set once in this process
+        pass
+
+
+class TorchBackend:
+    def __init__(self, model: ResolvedModel) -> None:
+        from transformers import AutoModel, AutoModelForSequenceClassification
+
+        self.device = resolve_device(model.spec.device)
+        self.dtype = resolve_dtype(model.spec.dtype, self.device)
+        if self.device == "cpu":
+            configure_cpu_threads()
+        auto = AutoModel if model.task == "embed" else AutoModelForSequenceClassification
+        try:
+            net = auto.from_pretrained(
+                str(model.path),
+                dtype=self.dtype,
+                attn_implementation="sdpa",
+                trust_remote_code=model.spec.trust_remote_code,
+            )
+        except ValueError:  # architectures without an SDPA kernel in transformers
+            net = auto.from_pretrained(
+                str(model.path), dtype=self.dtype, trust_remote_code=model.spec.trust_remote_code
+            )
+        self.net = net.to(self.device).eval()
+        params = inspect.signature(self.net.forward).parameters
+        self.takes_token_types = "token_type_ids" in params
+        self.task = model.task
+        self.pooling = model.pooling
+        self.info = BackendInfo(
+            name="torch",
+            device=self.device,
+            dtype=str(self.dtype).removeprefix("torch."),
+            details={"attention": str(getattr(self.net.config, "_attn_implementation", "eager"))},
+        )
+
+    def forward(self, batch: TokenBatch) -> np.ndarray:
+        with torch.inference_mode():
+            ids = torch.from_numpy(batch.input_ids).to(self.device, non_blocking=True)
+            mask = torch.from_numpy(batch.attention_mask).to(self.device, non_blocking=True)
+            kwargs = {"input_ids": ids, "attention_mask": mask}
+            if self.takes_token_types:
+                kwargs["token_type_ids"] = torch.from_numpy(batch.token_type_ids).to(self.device)
+            out = self.net(**kwargs)
+            if self.task == "embed":
+                result = pool_torch(out.last_hidden_state, mask, self.pooling)
+            else:
+                result = out.logits.float()
+            return result.cpu().numpy()
+
+    def close(self) -> None:
+        self.net = None  # type: ignore[assignment]
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def load(model: ResolvedModel) -> TorchBackend:
+    if torch is None:
+        raise MissingDependency("the torch backend needs PyTorch: pip install 'ember[torch]'")
+    return TorchBackend(model)

@@ -1,0 +1,183 @@
+"""Configuration resolves here, once: CLI flag > ``EMBER_*`` env var > default.
+
+Per-model options (model id, task, backend, batch limits, ...) take several values
+separated by ``;`` (or a repeated CLI flag); a value given once is broadcast to every
+model. The CLI parser and the README's flag table are both generated from
+``ServerSettings`` so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ember.errors import ConfigError
+from ember.models.spec import POOLINGS, TASKS, ModelSpec
+
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+BACKENDS = ("torch", "onnx", "ct2", "neuron")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "float32", "float16", "bfloat16", "int8")
+
+# Fields that take one value per served model.
+PER_MODEL_FIELDS = (
+    "model_id",
+    "served_model_name",
+    "task",
+    "backend",
+    "device",
+    "dtype",
+    "pooling",
+    "revision",
+    "max_batch_tokens",
+    "max_batch_size",
+    "max_queue_size",
+)
+
+
+def _per_model(description: str, default: str | None = None) -> Any:
+    return Field(default=default, description=description, json_schema_extra={"per_model": True})
+
+
+class ServerSettings(BaseSettings):
+    """Everything `ember serve` can be told; also the embedded API's keyword arguments."""
+
+    model_config = SettingsConfigDict(env_prefix="EMBER_", extra="ignore")
+
+    model_id: str | None = _per_model(
+        "Hugging Face hub id or local directory; repeat (or ';'-separate) to serve several. "
+        f"Default: the packaged {DEFAULT_MODEL_NAME}."
+    )
+    served_model_name: str | None = _per_model("Name clients use in `model`; default: the id.")
+    task: str | None = _per_model(
+        "auto|embed|rerank|classify; auto detects from config.json.", "auto"
+    )
+    backend: str | None = _per_model("torch|onnx|ct2|neuron.", "torch")
+    device: str | None = _per_model("auto|cpu|cuda|mps.", "auto")
+    dtype: str | None = _per_model(
+        "auto|float32|float16|bfloat16|int8; auto is float32 on CPU, float16 on CUDA.", "auto"
+    )
+    pooling: str | None = _per_model("auto|cls|mean|last|max; auto reads 1_Pooling.", "auto")
+    revision: str | None = _per_model("Hub revision (branch, tag or commit).")
+    max_batch_tokens: str | None = _per_model(
+        "A batch closes before its padded cost (longest x count) passes this.", "8192"
+    )
+    max_batch_size: str | None = _per_model("A batch closes at this many texts.", "32")
+    max_queue_size: str | None = _per_model(
+        "Texts waiting per model; past it requests get 429 at once.", "4096"
+    )
+    request_timeout: float = Field(60.0, description="Seconds a request may wait; then 504.")
+    trust_remote_code: bool = Field(False, description="Allow model code from the hub.")
+    cache_dir: str | None = Field(
+        None, description="Where exported ONNX/CTranslate2 artifacts are kept (~/.cache/ember)."
+    )
+    host: str = Field("0.0.0.0", description="Interface to bind.")
+    port: int = Field(7997, description="Port to bind.")
+    api_key: str | None = Field(
+        None, description="Require `Authorization: Bearer <key>` on model routes."
+    )
+    payload_limit: int = Field(
+        2_000_000, description="Largest request body in bytes; larger gets 413."
+    )
+    max_client_batch_size: int = Field(
+        2048, description="Most inputs (texts or documents) in one request; more gets 413."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="debug|info|warning|error."
+    )
+    json_logs: bool = Field(False, description="Log one JSON object per line.")
+
+    def model_specs(self) -> list[ModelSpec]:
+        """Split per-model values, broadcast single ones, and validate them."""
+        raw = {name: _split(getattr(self, name)) for name in PER_MODEL_FIELDS}
+        count = max(len(raw["model_id"]), 1)
+        for name, values in raw.items():
+            if len(values) not in (0, 1, count):
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} has {len(values)} values for {count} models; "
+                    "give one (broadcast) or one per model."
+                )
+        specs = []
+        for i in range(count):
+
+            def pick(name: str, i: int = i) -> str | None:
+                values = raw[name]
+                if not values:
+                    return None
+                return values[i] if len(values) == count else values[0]
+
+            specs.append(self._spec(pick))
+        names = [s.served_model_name or s.model_id for s in specs]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"served model names must be unique, got {names}")
+        return specs
+
+    def _spec(self, pick: Any) -> ModelSpec:
+        task = _choice("task", pick("task") or "auto", ("auto", *TASKS))
+        pooling = _choice("pooling", pick("pooling") or "auto", ("auto", *POOLINGS))
+        return ModelSpec(
+            model_id=pick("model_id") or "",
+            served_model_name=pick("served_model_name"),
+            task=None if task == "auto" else task,  # type: ignore[arg-type]
+            backend=_choice("backend", pick("backend") or "torch", BACKENDS),
+            device=_choice("device", pick("device") or "auto", DEVICES),
+            dtype=_choice("dtype", pick("dtype") or "auto", DTYPES),
+            pooling=None if pooling == "auto" else pooling,  # type: ignore[arg-type]
+            revision=pick("revision"),
+            max_batch_tokens=_positive_int("max_batch_tokens", pick("max_batch_tokens") or "8192"),
+            max_batch_size=_positive_int("max_batch_size", pick("max_batch_size") or "32"),
+            max_queue_size=_positive_int("max_queue_size", pick("max_queue_size") or "4096"),
+            request_timeout=self.request_timeout,
+            trust_remote_code=self.trust_remote_code,
+            cache_dir=Path(self.cache_dir) if self.cache_dir else None,
+        )
+
+
+def _split(value: str | None) -> list[str]:
+    if value is None:
+        return []
+    return [part.strip() for part in str(value).split(";") if part.strip()]
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    value = value.lower()
+    if value not in allowed:
+        raise ConfigError(f"--{name} must be one of {'|'.join(allowed)}, got {value!r}")
+    return value
+
+
+def _positive_int(name: str, value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"--{name.replace('_', '-')} must be an integer, got {value!r}") from None
+    if number < 1:
+        raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {number}")
+    return number
+
+
+def settings_from_env(**overrides: Any) -> ServerSettings:
+    """Settings from ``EMBER_*`` variables; keyword overrides win (as CLI flags do)."""
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    for name in PER_MODEL_FIELDS:
+        if isinstance(clean.get(name), (list, tuple)):
+            clean[name] = ";".join(str(v) for v in clean[name])
+        elif name in clean and not isinstance(clean[name], str):
+            clean[name] = str(clean[name])
+    return ServerSettings(**clean)
+
+
+def env_var(field_name: str) -> str:
+    return f"EMBER_{field_name.upper()}"
+
+
+def cpu_count() -> int:
+    """Cores this process may use (cgroup/affinity aware), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)

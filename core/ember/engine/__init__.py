@@ -1,0 +1,6 @@
+"""Engines (async, one per model), their router, and the blocking facade."""
+
+from ember.engine.engine import Engine, EngineArray, Result, Timings
+from ember.engine.sync import SyncEngineArray
+
+__all__ = ["Engine", "EngineArray", "Result", "SyncEngineArray", "Timings"]

@@ -1,0 +1,84 @@
+"""A blocking facade over the async engines, for plain scripts and notebooks.
+
+The engines run on an event loop in a daemon thread; each call is submitted there
+and waited for, so a script with no event loop of its own can embed and rerank.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ember.config import ServerSettings, settings_from_env
+from ember.engine.engine import EngineArray
+
+T = TypeVar("T")
+
+
+class SyncEngineArray:
+    """``with SyncEngineArray(model_id=...) as ember: ember.embed([...])``."""
+
+    def __init__(self, settings: ServerSettings | None = None, **options: Any) -> None:
+        self.settings = settings or settings_from_env(**options)
+        self.engines = EngineArray(self.settings.model_specs())
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name="ember-loop"
+        )
+        self._thread.start()
+        try:
+            self._call(self.engines.start())
+        except BaseException:
+            self.close()
+            raise
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @property
+    def models(self) -> list[str]:
+        return self.engines.names
+
+    def embed(
+        self, texts: Sequence[str], *, model: str | None = None, **options: Any
+    ) -> np.ndarray:
+        """Vectors as float32 [n, dims], normalised when the model says so."""
+        engine = self.engines.for_task(model, "embed")
+        return self._call(engine.embed(list(texts), **options)).outputs
+
+    def rerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        model: str | None = None,
+        raw_scores: bool = False,
+    ) -> list[float]:
+        """One relevance score per document, in the documents' order."""
+        engine = self.engines.for_task(model, "rerank")
+        result = self._call(engine.rerank(query, list(documents), raw_scores=raw_scores))
+        return [float(s) for s in result.outputs]
+
+    def classify(
+        self, texts: Sequence[str], *, model: str | None = None, raw_scores: bool = False
+    ) -> list[list[dict]]:
+        engine = self.engines.for_task(model, "classify")
+        labels, _ = self._call(engine.classify(list(texts), raw_scores=raw_scores))
+        return labels
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            if self.engines.started:
+                self._call(self.engines.stop())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> SyncEngineArray:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

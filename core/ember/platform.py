@@ -1,0 +1,106 @@
+"""What every platform adapter needs from the core, written once.
+
+Adapters (Modal, BentoML, RunPod, SageMaker) build settings from ``EMBER_*`` env,
+start warm engines, and either mount ``create_app`` or dispatch a JSON payload
+through the same operations the HTTP routes use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from pydantic import TypeAdapter, ValidationError
+
+from ember.api import operations as ops
+from ember.api import schemas as s
+from ember.api.app import ROUTES, ModelRoute, create_app
+from ember.api.errors import validation_message
+from ember.config import ServerSettings, settings_from_env
+from ember.engine.engine import EngineArray
+from ember.errors import BadRequest, EmberError, NotFound
+
+__all__ = [
+    "ServerSettings",
+    "build_engines",
+    "create_app",
+    "dispatch_invocation",
+    "dispatch_route",
+    "invocation_route",
+    "settings_from_env",
+]
+
+_BY_PATH: dict[str, ModelRoute] = {path: route for route in ROUTES for path in route.paths}
+_ADAPTERS: dict[str, TypeAdapter[Any]] = {}
+
+
+async def build_engines(settings: ServerSettings | None = None) -> EngineArray:
+    """Engines for every configured model, loaded and warmed."""
+    engines = EngineArray((settings or settings_from_env()).model_specs())
+    await engines.start()
+    return engines
+
+
+def _parse(route: ModelRoute, payload: Any) -> Any:
+    adapter = _ADAPTERS.setdefault(route.paths[0], TypeAdapter(route.body))
+    try:
+        return adapter.validate_python(payload)
+    except ValidationError as exc:
+        status, message, param = validation_message(
+            [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
+        )
+        raise EmberError(message, status_code=status, param=param) from None
+
+
+def _plain(body: Any) -> Any:
+    """Numpy arrays and all -> plain JSON types (adapters hand bodies to other serialisers)."""
+    return orjson.loads(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY))
+
+
+async def dispatch_route(
+    engines: EngineArray, path: str, payload: Any, *, max_client_batch_size: int = 2048
+) -> Any:
+    """Run the operation behind an HTTP path (``/v1/embeddings``, ``/rerank``, ...)."""
+    if path in ("/v1/models", "/models"):
+        return ops.models_list(engines)
+    route = _BY_PATH.get(path)
+    if route is None:
+        known = ", ".join(sorted({*_BY_PATH, "/v1/models"}))
+        raise NotFound(f"no route {path!r}; known routes: {known}", param="route")
+    reply = await route.operation(engines, _parse(route, payload), max_client_batch_size)
+    return _plain(reply.body)
+
+
+def invocation_route(engines: EngineArray, payload: Any) -> str:
+    """Which route a SageMaker-style body belongs to, told apart by its fields."""
+    if not isinstance(payload, dict):
+        raise BadRequest("the body must be a JSON object")
+    model = payload.get("model")
+    if "query" in payload:
+        return "/rerank"  # Cohere (documents) and TEI (texts) both live there
+    if "input" in payload or "inputs" in payload:
+        engine = engines.get(model) if len(engines.engines) == 1 or model else None
+        task = engine.model.task if engine is not None and engine.model is not None else None
+        if task is None and len(engines.engines) > 1:
+            tasks = {e.model.task for e in engines if e.model is not None}
+            task = "embed" if "embed" in tasks else next(iter(tasks), None)
+        if task == "classify":
+            return "/classify" if "input" in payload else "/predict"
+        return "/v1/embeddings" if "input" in payload else "/embed"
+    raise BadRequest(
+        "cannot tell what to do with this body: send OpenAI embeddings {'input'}, "
+        "TEI {'inputs'}, or rerank {'query', 'documents' | 'texts'}"
+    )
+
+
+async def dispatch_invocation(
+    engines: EngineArray, payload: Any, *, max_client_batch_size: int = 2048
+) -> Any:
+    """SageMaker ``/invocations`` semantics: pick the operation by the body's shape."""
+    path = invocation_route(engines, payload)
+    return await dispatch_route(engines, path, payload, max_client_batch_size=max_client_batch_size)
+
+
+# Re-exported so adapters can type against them without reaching into submodules.
+EmbeddingsRequest = s.EmbeddingsRequest
+RerankRequest = s.RerankRequest
