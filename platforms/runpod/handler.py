@@ -1,0 +1,144 @@
+"""Ember as a RunPod serverless worker: the core's engines behind RunPod's job queue.
+
+Jobs RunPod hands to this worker (``job["input"]``):
+
+* OpenAI passthrough, which RunPod sends for ``https://api.runpod.ai/v2/<id>/openai/v1/...``:
+  ``{"openai_route": "/v1/embeddings" | "/v1/models", "openai_input": {...}}``; the output
+  is the OpenAI body itself, so the official OpenAI SDK works against the endpoint.
+* Native: ``{"input": [...]}`` (OpenAI embeddings), ``{"query", "documents"}`` (Cohere
+  rerank), ``{"inputs"}`` / ``{"query", "texts"}`` (TEI) -- the same bodies, and the same
+  answers, as SageMaker's ``/invocations`` (``ember.platform.dispatch_invocation``).
+
+A failed job returns ``{"error": "<message>"}``: RunPod's SDK turns that key into a FAILED
+job with that message, instead of a COMPLETED job whose output is an error body.
+
+Why the engines live on their own event-loop thread: RunPod runs the handler on an event
+loop it creates *after* this module is imported (``asyncio.run`` in worker mode, uvicorn's
+loop under ``--rp_serve_api``), but the models must be loaded and warmed at import so the
+first job never pays for it (and FlashBoot snapshots a warm worker). The engines' batcher
+tasks belong to the loop that started them, so that loop must outlive import: a daemon
+thread runs it, and each job's coroutine is submitted to it and awaited from RunPod's loop.
+
+Configuration is the core's: ``EMBER_*`` env vars (model ids ``;``-separated, backend,
+dtype, batch limits...). ``EMBER_RUNPOD_CONCURRENCY`` sets how many jobs one worker takes
+at once; by default it is sized to the engines' queue (see ``default_concurrency``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import runpod
+
+from ember.config import ServerSettings
+from ember.engine.engine import EngineArray
+from ember.errors import EmberError
+from ember.logs import configure_logging
+from ember.platform import build_engines, dispatch_invocation, dispatch_route, settings_from_env
+
+log = logging.getLogger("ember.runpod")
+T = TypeVar("T")
+
+CONCURRENCY_ENV = "EMBER_RUNPOD_CONCURRENCY"
+
+
+class EngineThread:
+    """Engines started and kept on a private event loop in a daemon thread."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="ember-engines", daemon=True
+        )
+        self._thread.start()
+        # Blocks until every model is loaded and warmed; a failure raises here, at import,
+        # so the worker exits and RunPod reports it instead of failing every job later.
+        self.engines: EngineArray = asyncio.run_coroutine_threadsafe(
+            build_engines(settings), self._loop
+        ).result()
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the engines' loop; await it from whichever loop RunPod uses."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+
+def default_concurrency(engines: EngineArray) -> int:
+    """Jobs per worker such that a full set of them fits the smallest engine queue.
+
+    A job of up to ``max_batch_size`` texts occupies at most one batch, so
+    ``max_queue_size // max_batch_size`` such jobs can wait without the core answering
+    429 (which would fail a job RunPod already handed us); more concurrency than that
+    only moves queueing from RunPod, where another worker could take the job, into ours.
+    """
+    sizes = [e.spec.max_queue_size // max(1, e.spec.max_batch_size) for e in engines]
+    return max(1, min(sizes, default=1))
+
+
+def concurrency_from_env(engines: EngineArray) -> int:
+    raw = os.environ.get(CONCURRENCY_ENV, "").strip()
+    if not raw:
+        return default_concurrency(engines)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SystemExit(f"{CONCURRENCY_ENV} must be a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise SystemExit(f"{CONCURRENCY_ENV} must be a positive integer, got {raw!r}")
+    return value
+
+
+def _error(message: str) -> dict[str, str]:
+    return {"error": message}
+
+
+async def _dispatch(engines: EngineArray, job_input: dict[str, Any], limit: int) -> Any:
+    """Route one job's input through the core's dispatchers (HTTP-identical bodies)."""
+    if "openai_route" in job_input:
+        route = job_input["openai_route"]
+        if not isinstance(route, str):
+            raise EmberError("`openai_route` must be a path such as '/v1/embeddings'")
+        payload = job_input.get("openai_input") or {}
+        return await dispatch_route(engines, route, payload, max_client_batch_size=limit)
+    return await dispatch_invocation(engines, job_input, max_client_batch_size=limit)
+
+
+def make_handler(worker: EngineThread) -> Any:
+    """The RunPod handler bound to started engines (a factory so tests can reuse it)."""
+    limit = worker.settings.max_client_batch_size
+
+    async def handler(job: dict[str, Any]) -> Any:
+        job_input = job.get("input")
+        if not isinstance(job_input, dict):
+            return _error(
+                "job input must be a JSON object: {'input': [...]}, {'query', 'documents'} "
+                "or {'openai_route', 'openai_input'}"
+            )
+        try:
+            return await worker.run(_dispatch(worker.engines, job_input, limit))
+        except EmberError as exc:
+            return _error(f"{exc.status_code} {exc.type}: {exc.message}")
+        except Exception as exc:  # a job must fail with a message, never crash the worker
+            log.exception("job %s failed", job.get("id"))
+            return _error(f"500 server_error: {type(exc).__name__}: {exc}")
+
+    return handler
+
+
+# Built at import: the worker is warm before RunPod hands it the first job.
+SETTINGS = settings_from_env()
+configure_logging(SETTINGS.log_level, SETTINGS.json_logs)
+WORKER = EngineThread(SETTINGS)
+handler = make_handler(WORKER)
+CONCURRENCY = concurrency_from_env(WORKER.engines)
+log.info("ember runpod worker ready: models=%s concurrency=%d", WORKER.engines.names, CONCURRENCY)
+
+if __name__ == "__main__":
+    runpod.serverless.start(
+        {"handler": handler, "concurrency_modifier": lambda _current: CONCURRENCY}
+    )

@@ -1,0 +1,186 @@
+"""SageMaker inference container entrypoint: ``docker run <image> serve``.
+
+SageMaker's container contract: it starts the image with the single argument ``serve``,
+sends ``GET /ping`` until it answers 200 (within ContainerStartupHealthCheckTimeout), then
+forwards each InvokeEndpoint call as ``POST /invocations`` -- all on port 8080, or on
+``SAGEMAKER_BIND_TO_PORT`` when the platform sets it. The model tarball given to
+CreateModel is unpacked into /opt/ml/model.
+
+This file stays thin: it decides which model to serve, builds the core's app
+(``ember.platform.create_app``: every Ember route, error handling, payload limits,
+background loading) and adds the two SageMaker routes on top of it:
+
+* ``/ping`` answers exactly what the core's ``/ready`` answers: 200 once every model is
+  loaded and warmed, 503 before (so no traffic reaches a cold container).
+* ``/invocations`` takes ``application/json`` only (415 otherwise) and hands the body to
+  ``ember.platform.dispatch_invocation``, which picks OpenAI embeddings, Cohere/TEI rerank,
+  TEI embed or classify by the body's fields and returns the HTTP route's exact body.
+
+Model choice, first match wins: ``EMBER_MODEL_ID`` (explicit), a model in /opt/ml/model
+(a Hugging Face model directory, or an ``ember export --backend neuron`` artifact, which
+also selects the neuron backend), ``HF_MODEL_ID`` (+ ``HF_MODEL_REVISION``; the Hugging Face
+DLC convention, downloaded at start), else the image's packaged default model.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import uvicorn
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import Response
+
+from ember.api.app import create_app
+from ember.config import ServerSettings
+from ember.engine.engine import EngineArray
+from ember.errors import BadRequest, EmberError
+from ember.logs import configure_logging
+from ember.platform import dispatch_invocation, settings_from_env
+
+log = logging.getLogger("ember.sagemaker")
+
+SAGEMAKER_MODEL_DIR = Path("/opt/ml/model")
+# Tests (and local `docker run -v`) point this elsewhere; SageMaker always uses /opt/ml/model.
+MODEL_DIR_ENV = "EMBER_SAGEMAKER_MODEL_DIR"
+NEURON_MANIFEST = "ember_neuron.json"  # written by `ember export --backend neuron`
+DEFAULT_PORT = 8080
+
+
+def find_model_dir(root: Path) -> Path | None:
+    """The model directory inside SageMaker's unpacked artifact, if there is one.
+
+    Accepts the files at the root (what deploy.py packages) or one folder level down
+    (a tarball made with ``tar czf model.tar.gz my-model/``).
+    """
+    if not root.is_dir():
+        return None
+
+    def is_model(path: Path) -> bool:
+        return (path / "config.json").is_file() or (path / NEURON_MANIFEST).is_file()
+
+    if is_model(root):
+        return root
+    children = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    if len(children) == 1 and is_model(children[0]):
+        return children[0]
+    return None
+
+
+def model_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    """Settings overrides that pick the model per the order in the module docstring."""
+    if env.get("EMBER_MODEL_ID", "").strip():
+        return {}
+    model_dir = find_model_dir(Path(env.get(MODEL_DIR_ENV, str(SAGEMAKER_MODEL_DIR))))
+    if model_dir is not None:
+        overrides: dict[str, Any] = {"model_id": str(model_dir)}
+        if (model_dir / NEURON_MANIFEST).is_file() and not env.get("EMBER_BACKEND"):
+            overrides["backend"] = "neuron"
+        return overrides
+    if env.get("HF_MODEL_ID", "").strip():
+        return {"model_id": env["HF_MODEL_ID"].strip(), "revision": env.get("HF_MODEL_REVISION")}
+    return {}
+
+
+def load_settings(env: Mapping[str, str]) -> ServerSettings:
+    """Core settings from EMBER_* plus the SageMaker-specific model choice and port."""
+    settings = settings_from_env(**model_overrides(env))
+    port = int(env.get("SAGEMAKER_BIND_TO_PORT", DEFAULT_PORT))
+    update: dict[str, Any] = {"port": port}
+    if settings.api_key:
+        # SageMaker authenticates InvokeEndpoint with IAM and forwards no Authorization
+        # header, and /ping cannot carry one: a key would lock SageMaker out.
+        log.warning("EMBER_API_KEY is ignored on SageMaker: endpoints are IAM-authenticated")
+        update["api_key"] = None
+    return settings.model_copy(update=update)
+
+
+def _is_json(content_type: str | None) -> bool:
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json"
+
+
+def sagemaker_router(app: FastAPI) -> APIRouter:
+    """``/ping`` and ``/invocations`` over the core app's engines and readiness."""
+    engines: EngineArray = app.state.engines
+    settings: ServerSettings = app.state.settings
+    ready = next(r.endpoint for r in app.routes if getattr(r, "path", None) == "/ready")
+    router = APIRouter(tags=["SageMaker"])
+
+    @router.get("/ping", summary="SageMaker health check: 200 once models are warm")
+    async def ping(request: Request) -> Response:
+        return await ready(request)
+
+    @router.post("/invocations", summary="SageMaker InvokeEndpoint: dispatch by body shape")
+    async def invocations(request: Request) -> Response:
+        content_type = request.headers.get("content-type")
+        if not _is_json(content_type):
+            raise EmberError(
+                f"Content-Type must be application/json, got {content_type or 'none'!r}",
+                status_code=415,
+                param="Content-Type",
+            )
+        raw = await request.body()
+        try:
+            payload = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"request body is not valid JSON: {exc}") from None
+        body = await dispatch_invocation(
+            engines, payload, max_client_batch_size=settings.max_client_batch_size
+        )
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    return router
+
+
+def build_app(settings: ServerSettings) -> FastAPI:
+    """The core app with SageMaker's routes added; loading fails the process (see main)."""
+
+    def on_load_failure(exc: BaseException) -> None:
+        # Exit instead of answering 503 until ContainerStartupHealthCheckTimeout (up to an
+        # hour): SageMaker then fails the deployment at once, with this log line in
+        # CloudWatch.
+        log.critical("model loading failed, exiting: %s", exc)
+        os._exit(1)
+
+    app = create_app(settings, on_load_failure=on_load_failure)
+    app.include_router(sagemaker_router(app))
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] != ["serve"]:
+        print(
+            "usage: serve.py serve  (SageMaker runs `docker run <image> serve`; "
+            "training is not supported)",
+            file=sys.stderr,
+        )
+        return 2
+    settings = load_settings(os.environ)
+    configure_logging(settings.log_level, settings.json_logs)
+    log.info(
+        "serving %s on %s:%d",
+        settings.model_id or "the default model",
+        settings.host,
+        settings.port,
+    )
+    # One process: the engines (and their NeuronCores) belong to it; batching happens
+    # inside, so more uvicorn workers would only duplicate the model.
+    uvicorn.run(
+        build_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        timeout_keep_alive=75,  # reuse connections from the SageMaker front end
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
