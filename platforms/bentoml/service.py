@@ -1,0 +1,142 @@
+"""Ember on BentoML: the core's FastAPI app mounted in a BentoML service.
+
+Serve locally with ``bentoml serve platforms.bentoml.service:Ember``; build a Bento with
+``bentoml build -f platforms/bentoml/bentofile.yaml .`` (see docs/platforms/bentoml.md).
+
+Thin on purpose: settings come from ``EMBER_*`` variables, the engines and the HTTP app
+are the core's (``ember.api.app.create_app``), mounted at ``/`` so every route is the one
+``ember serve`` has. BentoML adds its own ``/livez``, ``/readyz`` and ``/metrics``; the
+readiness hook ``__is_ready__`` reports ready only once every model is loaded and warm.
+
+BentoML-only knobs (read at import, i.e. when serving or building):
+
+==============================  ===========  ===============================================
+variable                        default      meaning
+==============================  ===========  ===============================================
+EMBER_BENTOML_GPU_TYPE          nvidia-l4    GPU annotation for BentoCloud instance choice
+EMBER_BENTOML_GPUS              1            GPUs per replica (0: a CPU-only service)
+EMBER_BENTOML_MAX_CONCURRENCY   (derived)    requests past this get 429 from BentoML
+EMBER_BENTOML_CONCURRENCY       (derived)    per-replica concurrency BentoCloud scales on
+==============================  ===========  ===============================================
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import bentoml
+from ember.api.app import create_app
+from ember.engine import EngineArray
+from ember.platform import settings_from_env
+
+# Pinned by full tag, the same CUDA userland as platforms/modal/app.py. To bump it, change
+# both, rebuild (`bentoml build ...`), and check /info reports device=cuda on the new image.
+CUDA_IMAGE = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04"
+PYTHON_VERSION = "3.11"
+CONSTRAINTS = Path(__file__).resolve().parents[1] / "constraints.txt"
+BENTO_SRC = "/home/bentoml/bento/src"  # where BentoML puts the build context in the image
+BAKED_HF_HOME = "/home/bentoml/hf"
+
+
+def env_int(name: str, default: int | None) -> int | None:
+    """An ``EMBER_BENTOML_*`` integer; empty or unset means the default."""
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw else default
+
+
+def constraint_pins(section: str, path: Path = CONSTRAINTS) -> list[str]:
+    """The pins under the ``# <section>`` header of platforms/constraints.txt.
+
+    One file pins every platform's image so a version is bumped in one place; each
+    platform installs only its own section. A header is a comment holding one word;
+    the section runs to the next header.
+    """
+    pins: list[str] = []
+    current = None
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if header := re.fullmatch(r"#\s*([A-Za-z0-9_-]+)", line):
+            current = header.group(1).lower()
+        elif line and not line.startswith("#") and current == section:
+            pins.append(line)
+    if not pins:
+        raise RuntimeError(f"no pins under '# {section}' in {path}")
+    return pins
+
+
+# Resolves once, here, in the process that serves: the engines are created (cheap, nothing
+# loaded) so the service can report on them; the app's lifespan loads and warms them.
+SETTINGS = settings_from_env()
+ENGINES = EngineArray.from_settings(SETTINGS)
+HTTP = create_app(SETTINGS, ENGINES)
+
+BATCH = max(spec.max_batch_size for spec in SETTINGS.model_specs())
+GPUS = env_int("EMBER_BENTOML_GPUS", 1) or 0
+
+# The image build runs this to put every configured model's files into the image (the
+# same resolve_model serving uses), so containers start without reaching the hub.
+BAKE = (
+    "from ember.platform import settings_from_env; "
+    "from ember.models.resolve import resolve_model; "
+    "[print('baked', resolve_model(s).path) for s in settings_from_env().model_specs()]"
+)
+
+IMAGE = (
+    bentoml.images.Image(
+        base_image=CUDA_IMAGE, python_version=PYTHON_VERSION, lock_python_packages=False
+    )
+    .build_include("core")
+    .python_packages(*constraint_pins("bentoml"))
+    .run(
+        f"mkdir -p {BAKED_HF_HOME} && HF_HUB_OFFLINE=0 PYTHONPATH={BENTO_SRC}/core "
+        f"python -c {shlex.quote(BAKE)} && chown -R bentoml:bentoml {BAKED_HF_HOME}"
+    )
+)
+
+# EMBER_* set at build time travel into the image; variables set when serving win.
+ENVS: list[dict[str, Any]] = [
+    {"name": k, "value": v} for k, v in sorted(os.environ.items()) if k.startswith("EMBER_")
+]
+# Image-only (stage=build still becomes ENV in the image, but `bentoml serve` on a
+# workstation ignores it, so local runs keep their own cache and PYTHONPATH).
+ENVS += [
+    {"name": "PYTHONPATH", "value": f"{BENTO_SRC}/core", "stage": "build"},
+    {"name": "HF_HOME", "value": BAKED_HF_HOME, "stage": "build"},
+    {"name": "HF_HUB_OFFLINE", "value": "1", "stage": "build"},
+]
+
+RESOURCES: dict[str, Any] = {}
+if GPUS:
+    RESOURCES = {"gpu": GPUS, "gpu_type": os.environ.get("EMBER_BENTOML_GPU_TYPE", "nvidia-l4")}
+
+
+@bentoml.service(
+    name="ember",
+    image=IMAGE,
+    envs=ENVS,
+    resources=RESOURCES,
+    workers=1,  # one process owns the GPU; the batcher gives it parallelism
+    traffic={
+        "timeout": SETTINGS.request_timeout + 30,
+        "max_concurrency": env_int("EMBER_BENTOML_MAX_CONCURRENCY", None) or 4 * BATCH,
+        "concurrency": env_int("EMBER_BENTOML_CONCURRENCY", None) or BATCH,
+    },
+)
+@bentoml.asgi_app(HTTP, path="/")
+class Ember:
+    """Holds nothing of its own: the mounted core app serves, the engines say when ready."""
+
+    def __init__(self) -> None:
+        self.engines = ENGINES
+
+    def __is_ready__(self) -> bool:
+        """BentoML's /readyz: 200 only after every model is loaded and warmed up."""
+        return self.engines.ready
+
+    def __is_alive__(self) -> bool:
+        """BentoML's /livez: 503 once loading has failed, so the orchestrator restarts us."""
+        return HTTP.state.load_error is None

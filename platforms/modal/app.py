@@ -1,0 +1,278 @@
+"""Ember on Modal: the core's HTTP API and a `.map()`-able embedding method, warm on GPUs.
+
+Deploy with ``modal deploy platforms/modal/app.py`` (see docs/platforms/modal.md).
+
+This module is deliberately thin. Settings come from ``EMBER_*`` variables through the
+core (``ember.platform.settings_from_env``), the engines and the HTTP app are the core's
+own (``ember.platform.build_engines``, ``ember.api.app.create_app``), so the routes served
+here are byte-for-byte the routes ``ember serve`` has. What lives here is only what is
+Modal's: the image, the autoscaling knobs, the lifecycle hooks and the entry points.
+
+Modal-only knobs are ``EMBER_MODAL_*`` variables read when the app is deployed:
+
+===============================  =========  ==================================================
+variable                         default    meaning
+===============================  =========  ==================================================
+EMBER_MODAL_APP_NAME             ember      Modal app name (and URL label prefix)
+EMBER_MODAL_GPU                  L4         GPU type (``T4``, ``L4``, ``A10G``, ``L40S``, ...)
+EMBER_MODAL_MIN_CONTAINERS       1          containers kept warm even when idle (0: scale to 0)
+EMBER_MODAL_MAX_CONTAINERS       (none)     upper bound on containers
+EMBER_MODAL_BUFFER_CONTAINERS    0          extra idle containers kept while under load
+EMBER_MODAL_SCALEDOWN_WINDOW     300        seconds an idle container lingers before it stops
+EMBER_MODAL_STARTUP_TIMEOUT      900        seconds a container may take to load and warm up
+EMBER_MODAL_WEIGHTS              image      ``image``: download at build time into the image;
+                                            ``volume``: a Modal Volume holds the HF cache
+EMBER_MODAL_VOLUME               ember-hf-cache  the Volume's name when weights=volume
+EMBER_MODAL_TARGET_INPUTS        (derived)  concurrent requests per container Modal aims for
+EMBER_MODAL_MAX_INPUTS           (derived)  hard cap of concurrent requests per container
+===============================  =========  ==================================================
+
+Every other ``EMBER_*`` variable set when deploying (``EMBER_MODEL_ID``, ``EMBER_DTYPE``,
+``EMBER_MAX_BATCH_TOKENS``, ...) is forwarded into the container unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+import modal
+from ember.platform import build_engines, dispatch_invocation, settings_from_env
+
+T = TypeVar("T")
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# ---- the image ---------------------------------------------------------------------------
+# Pinned by full tag so a rebuild months from now gets the same CUDA userland. torch's
+# wheels bring their own CUDA libraries; the base supplies cuDNN-compatible system libs and
+# a driver-compatible runtime. To bump: change the tag here and in
+# platforms/bentoml/service.py, redeploy, and check /info reports device=cuda.
+CUDA_IMAGE = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04"
+PYTHON_VERSION = "3.11"
+CONSTRAINTS = Path(__file__).resolve().parents[1] / "constraints.txt"
+HF_HOME = "/models/hf"  # weights baked into the image live here
+HF_VOLUME_PATH = "/cache/hf"  # ... or here, when a Volume holds them
+
+
+def env_int(name: str, default: int | None) -> int | None:
+    """An ``EMBER_MODAL_*`` integer; empty or unset means the default."""
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw else default
+
+
+def constraint_pins(section: str, path: Path = CONSTRAINTS) -> list[str]:
+    """The pins under the ``# <section>`` header of platforms/constraints.txt.
+
+    One file pins every platform's image so a version is bumped in one place; each
+    platform installs only its own section. A header is a comment holding one word;
+    the section runs to the next header.
+    """
+    pins: list[str] = []
+    current = None
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if header := re.fullmatch(r"#\s*([A-Za-z0-9_-]+)", line):
+            current = header.group(1).lower()
+        elif line and not line.startswith("#") and current == section:
+            pins.append(line)
+    if not pins:
+        raise RuntimeError(f"no pins under '# {section}' in {path}")
+    return pins
+
+
+def concurrency(settings: Any) -> tuple[int, int]:
+    """(target, max) concurrent inputs per container, sized to the batcher.
+
+    A batch fills from concurrent requests, so Modal should route about one full batch
+    of requests per model to each container (target); bursts may go to four batches
+    (max), beyond which Modal starts another container instead of queueing here.
+    """
+    batch = max(spec.max_batch_size for spec in settings.model_specs())
+    target = env_int("EMBER_MODAL_TARGET_INPUTS", None) or batch
+    most = env_int("EMBER_MODAL_MAX_INPUTS", None) or max(target, 4 * batch)
+    return target, most
+
+
+WEIGHTS = os.environ.get("EMBER_MODAL_WEIGHTS", "image").strip().lower()
+if WEIGHTS not in ("image", "volume"):
+    raise ValueError(f"EMBER_MODAL_WEIGHTS must be 'image' or 'volume', got {WEIGHTS!r}")
+# Forwarded into the build step and the containers: the deploy-time EMBER_* variables.
+# In a container this reads back the same values, so both sides agree.
+CONTAINER_ENV: dict[str, str | None] = {
+    k: v for k, v in sorted(os.environ.items()) if k.startswith("EMBER_")
+}
+CONTAINER_ENV["HF_HOME"] = HF_VOLUME_PATH if WEIGHTS == "volume" else HF_HOME
+
+
+def bake_weights() -> None:
+    """Image build step: fetch every configured model into the image's HF cache.
+
+    Runs ``resolve_model`` - the same code path serving uses - so what is baked is
+    exactly what the container will look for; afterwards the hub is switched off.
+    """
+    from ember.models.resolve import resolve_model
+
+    for spec in settings_from_env().model_specs():
+        resolved = resolve_model(spec)
+        print(f"baked {resolved.served_name} ({resolved.task}) from {resolved.path}")
+
+
+def build_image() -> modal.Image:
+    image = modal.Image.from_registry(CUDA_IMAGE, add_python=PYTHON_VERSION)
+    if modal.is_local():  # the pins file exists only where the app is deployed from
+        image = image.uv_pip_install(*constraint_pins("modal"))
+    image = image.env({"HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"})
+    image = image.add_local_python_source("ember", copy=True)
+    if WEIGHTS == "image":
+        image = image.run_function(bake_weights, env=CONTAINER_ENV).env({"HF_HUB_OFFLINE": "1"})
+    return image
+
+
+SETTINGS = settings_from_env()  # validates EMBER_* at deploy time, not in the container
+TARGET_INPUTS, MAX_INPUTS = concurrency(SETTINGS)
+VOLUMES: dict[str | os.PathLike[str], modal.Volume] = {}
+if WEIGHTS == "volume":
+    VOLUMES[HF_VOLUME_PATH] = modal.Volume.from_name(
+        os.environ.get("EMBER_MODAL_VOLUME", "ember-hf-cache"), create_if_missing=True
+    )
+
+app = modal.App(os.environ.get("EMBER_MODAL_APP_NAME", "ember"), image=build_image())
+
+
+# ---- one event loop for the engines ------------------------------------------------------
+class EngineLoop:
+    """A private event loop thread that owns the engines.
+
+    The core's batcher binds to the loop that started it. Modal calls sync methods on
+    worker threads and serves the ASGI app on its own loop, and ``.local()`` has no loop
+    at all, so the engines get one loop of their own and every caller submits to it.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="ember")
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Block the calling (non-loop) thread until ``coro`` finishes on the engine loop."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def asgi(self, inner: ASGIApp) -> ASGIApp:
+        """Serve ``inner`` on the engine loop to callers on any other loop."""
+        engine_loop = self.loop
+
+        async def bridged(scope: Scope, receive: Receive, send: Send) -> None:
+            caller = asyncio.get_running_loop()
+            if caller is engine_loop:
+                await inner(scope, receive, send)
+                return
+
+            def on_caller(coro: Coroutine[Any, Any, T]) -> Awaitable[T]:
+                return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, caller))
+
+            async def receive_here() -> Message:
+                return await on_caller(_call(receive))
+
+            async def send_here(message: Message) -> None:
+                await on_caller(_call(send, message))
+
+            done: Future[None] = asyncio.run_coroutine_threadsafe(
+                inner(scope, receive_here, send_here), engine_loop
+            )
+            try:
+                await asyncio.wrap_future(done)
+            except asyncio.CancelledError:
+                done.cancel()  # client went away: stop its work on the engine loop too
+                raise
+
+        return bridged
+
+    def close(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=30)
+
+
+async def _call(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    return await fn(*args)
+
+
+# ---- the service -------------------------------------------------------------------------
+@app.cls(
+    gpu=os.environ.get("EMBER_MODAL_GPU", "L4"),
+    env=CONTAINER_ENV,
+    volumes=VOLUMES,
+    min_containers=env_int("EMBER_MODAL_MIN_CONTAINERS", 1),
+    max_containers=env_int("EMBER_MODAL_MAX_CONTAINERS", None),
+    buffer_containers=env_int("EMBER_MODAL_BUFFER_CONTAINERS", 0) or None,
+    scaledown_window=env_int("EMBER_MODAL_SCALEDOWN_WINDOW", 300),
+    startup_timeout=env_int("EMBER_MODAL_STARTUP_TIMEOUT", 900),
+    timeout=int(SETTINGS.request_timeout) + 60,
+    enable_memory_snapshot=True,
+)
+@modal.concurrent(max_inputs=MAX_INPUTS, target_inputs=TARGET_INPUTS)
+class Ember:
+    """One container: every configured model, loaded once, behind HTTP and ``.map()``."""
+
+    @modal.enter(snap=True)
+    def prepare(self) -> None:
+        """Before the memory snapshot (no GPU attached): the CPU-side part of a cold start.
+
+        Importing torch/transformers and resolving each model (reading its config files,
+        downloading into the Volume when weights=volume) is captured in the snapshot, so
+        restored containers skip it.
+        """
+        import ember.backends.torch_backend  # noqa: F401  (the torch import is the cost)
+        from ember.models.resolve import resolve_model
+
+        self.settings = settings_from_env()
+        self.resolved = [resolve_model(spec) for spec in self.settings.model_specs()]
+        if WEIGHTS == "volume" and not modal.is_local():
+            for volume in VOLUMES.values():
+                volume.commit()  # later containers find the weights already downloaded
+
+    @modal.enter(snap=False)
+    def load(self) -> None:
+        """After restore, with the GPU attached: load weights onto it and warm up."""
+        from ember.api.app import create_app
+
+        self.engine_loop = EngineLoop()
+        self.engines = self.engine_loop.run(build_engines(self.settings))
+        self.http = create_app(self.settings, self.engines)
+
+    @modal.exit()
+    def unload(self) -> None:
+        """Free the GPU on scale-down (the ASGI lifespan may have stopped the engines)."""
+        if self.engines.started:
+            self.engine_loop.run(self.engines.stop())
+        self.engine_loop.close()
+
+    @modal.method()
+    def embed(self, texts: list[str], model: str | None = None) -> list[list[float]]:
+        """Embeddings for one batch of texts, for ``Ember().embed.map(batches)`` corpus jobs.
+
+        Goes through the same engine (batcher, normalisation) as ``/v1/embeddings``.
+        """
+        engine = self.engines.for_task(model, "embed")
+        result = self.engine_loop.run(engine.embed(texts))
+        return result.outputs.tolist()
+
+    @modal.method()
+    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Any JSON body the HTTP routes take (OpenAI, Cohere, TEI), answered as they would."""
+        return self.engine_loop.run(dispatch_invocation(self.engines, payload))
+
+    @modal.asgi_app()
+    def web(self) -> ASGIApp:
+        """The core's FastAPI app: /v1/embeddings, /v1/rerank, /embed, /rerank, /ready..."""
+        return self.engine_loop.asgi(self.http)
