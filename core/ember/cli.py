@@ -57,7 +57,7 @@ def flag_table() -> str:
         default = _default_text(name)
         rows.append(
             f"| `{_flag(name)}` | `{env_var(name)}` | {f'`{default}`' if default else ''} | "
-            f"{field.description}{per_model} |"
+            f"{(field.description or '').replace('|', chr(92) + '|')}{per_model} |"
         )
     return "\n".join(rows)
 

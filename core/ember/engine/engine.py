@@ -263,9 +263,17 @@ def _route_hint(task: Task) -> str:
 class EngineArray:
     """All served models; routes a request's ``model`` field to its engine."""
 
-    def __init__(self, specs: Sequence[ModelSpec], *, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        specs: Sequence[ModelSpec],
+        *,
+        metrics: Metrics | None = None,
+        backend_loader: Callable[[ResolvedModel], Backend] = load_backend,
+    ) -> None:
         self.metrics = metrics or Metrics()
-        self.engines = [Engine(spec, metrics=self.metrics) for spec in specs]
+        self.engines = [
+            Engine(spec, metrics=self.metrics, backend_loader=backend_loader) for spec in specs
+        ]
         self.started = False
 
     @classmethod

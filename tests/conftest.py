@@ -1,0 +1,55 @@
+"""Shared fixtures: the packaged MiniLM, tiny models built here, and a real server."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import ServerProcess, start_server
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+API_KEY = "test-key-123"
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    from ember.models.resolve import default_model_path
+
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.fixtures.tiny_models import build_tiny_reranker
+
+    return build_tiny_reranker(tmp_path_factory.mktemp("tiny-reranker"))
+
+
+@pytest.fixture(scope="session")
+def tiny_classifier_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.fixtures.tiny_models import build_tiny_classifier
+
+    return build_tiny_classifier(tmp_path_factory.mktemp("tiny-classifier"))
+
+
+@pytest.fixture(scope="session")
+def server(
+    minilm_path: Path, tiny_reranker_path: Path, tiny_classifier_path: Path
+) -> Iterator[ServerProcess]:
+    """`ember serve` as a user runs it: three models, an API key, small limits."""
+    models = f"{minilm_path};{tiny_reranker_path};{tiny_classifier_path}"
+    names = "minilm;reranker;classifier"
+    with start_server(
+        [
+            "--model-id", models, "--served-model-name", names,
+            "--api-key", API_KEY, "--payload-limit", "200000",
+            "--max-client-batch-size", "64", "--max-batch-tokens", "4096",
+        ],
+        api_key=API_KEY,
+    ) as proc:
+        yield proc

@@ -1,0 +1,126 @@
+"""The bad-input catalog: each case gets its status and an OpenAI-shaped error body,
+and the server keeps serving afterwards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import API_KEY
+from tests.support import ServerProcess
+
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+LONG = "word " * 600
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    path: str
+    body: Any = None
+    status: int = 422
+    raw: bytes | None = None
+    headers: dict[str, str] = field(default_factory=lambda: dict(AUTH))
+    method: str = "POST"
+    says: str = ""  # a fragment the message must contain
+
+
+E = "/v1/embeddings"
+CASES = [
+    Case("input is a number", E, {"model": "minilm", "input": 5}),
+    Case("input missing", E, {"model": "minilm"}, says="input"),
+    Case("input null", E, {"model": "minilm", "input": None}),
+    Case("input empty list", E, {"model": "minilm", "input": []}),
+    Case("input empty string", E, {"model": "minilm", "input": ""}),
+    Case("input list with empty string", E, {"model": "minilm", "input": ["ok", ""]}),
+    Case("input mixed types", E, {"model": "minilm", "input": ["a", 1]}),
+    Case("input nested strings", E, {"model": "minilm", "input": [["a"]]}),
+    Case("negative token id", E, {"model": "minilm", "input": [1, -2]}),
+    Case("token id past vocab", E, {"model": "minilm", "input": [10**7]}, 400, says="vocabulary"),
+    Case("bad encoding_format", E, {"model": "minilm", "input": "a", "encoding_format": "int4"},
+         says="encoding_format"),
+    Case("dimensions zero", E, {"model": "minilm", "input": "a", "dimensions": 0}, 400,
+         says="dimensions"),
+    Case("dimensions too big", E, {"model": "minilm", "input": "a", "dimensions": 385}, 400,
+         says="384"),
+    Case("dimensions not a number", E, {"model": "minilm", "input": "a", "dimensions": "x"}),
+    Case("unknown model", E, {"model": "gpt-9", "input": "a"}, 404, says="minilm"),
+    Case("embeddings on a reranker", E, {"model": "reranker", "input": "a"}, 400,
+         says="reranking"),
+    Case("rerank on an embedder", "/v1/rerank",
+         {"model": "minilm", "query": "q", "documents": ["d"]}, 400, says="embeddings"),
+    Case("classify on a reranker", "/classify", {"model": "reranker", "input": ["a"]}, 400),
+    Case("missing API key", E, {"model": "minilm", "input": "a"}, 401, headers={}),
+    Case("wrong API key", E, {"model": "minilm", "input": "a"}, 401,
+         headers={"Authorization": "Bearer nope"}),
+    Case("not bearer", E, {"model": "minilm", "input": "a"}, 401,
+         headers={"Authorization": f"Basic {API_KEY}"}),
+    Case("malformed JSON", E, raw=b'{"input": ["a",', status=400, says="JSON"),
+    Case("JSON array body", E, [1, 2, 3]),
+    Case("payload over limit", E, {"model": "minilm", "input": ["x" * 1000] * 250}, 413,
+         says="payload-limit"),
+    Case("too many inputs", E, {"model": "minilm", "input": ["a"] * 65}, 413,
+         says="max-client-batch-size"),
+    Case("too long, truncate off", E, {"model": "minilm", "input": LONG, "truncate": False}, 400,
+         says="602 tokens"),
+    Case("TEI embed too long, truncate off", "/embed",
+         {"model": "minilm", "inputs": LONG, "truncate": False}, 400, says="tokens"),
+    Case("rerank empty documents", "/v1/rerank", {"model": "reranker", "query": "q",
+                                                  "documents": []}),
+    Case("rerank missing query", "/v1/rerank", {"model": "reranker", "documents": ["d"]}),
+    Case("rerank top_n zero", "/v1/rerank", {"model": "reranker", "query": "q",
+                                             "documents": ["d"], "top_n": 0}),
+    Case("rerank document object without text", "/v1/rerank",
+         {"model": "reranker", "query": "q", "documents": [{"title": "x"}]}),
+    Case("rerank too many documents", "/v1/rerank",
+         {"model": "reranker", "query": "q", "documents": ["d"] * 65}, 413),
+    Case("TEI rerank empty texts", "/rerank", {"query": "q", "texts": []}),
+    Case("TEI embed empty list", "/embed", {"inputs": []}),
+    Case("TEI embed bad truncation_direction", "/embed", {"inputs": "a",
+                                                          "truncation_direction": "up"}),
+    Case("TEI embed unknown prompt", "/embed", {"inputs": "a", "prompt_name": "query"}, 400,
+         says="prompt_name"),
+    Case("predict empty string", "/predict", {"inputs": ""}),
+    Case("unknown route", "/v1/nothing", {"input": "a"}, 404),
+    Case("GET on a POST route", E, None, 405, method="GET"),
+]
+
+
+def test_catalog_is_large_enough() -> None:
+    assert len(CASES) >= 25
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input(server: ServerProcess, case: Case) -> None:
+    headers = {"content-type": "application/json", **case.headers}
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        if case.raw is not None:
+            response = http.request(case.method, case.path, content=case.raw, headers=headers)
+        elif case.method == "GET":
+            response = http.get(case.path, headers=headers)
+        else:
+            response = http.request(case.method, case.path, json=case.body, headers=headers)
+        assert response.status_code == case.status, response.text
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}
+        assert isinstance(error["message"], str) and error["message"]
+        assert error["code"] == case.status
+        assert case.says in error["message"]
+        # the server is still healthy and serving
+        ok = http.post(E, json={"model": "minilm", "input": "still fine"}, headers=AUTH)
+        assert ok.status_code == 200, ok.text
+
+
+def test_chunked_body_over_limit_is_refused(server: ServerProcess) -> None:
+    def chunks():
+        for _ in range(300):
+            yield b"x" * 1000
+
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        response = http.post(E, content=chunks(), headers={**AUTH,
+                                                           "content-type": "application/json"})
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == 413

@@ -1,0 +1,161 @@
+"""Overload gives 429, a failing batch fails only its own requests, and cancelled
+requests never reach the backend — with the real MiniLM behind a wrapper that can be
+slowed down or made to fail."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from ember.api.app import create_app
+from ember.backends import load_backend
+from ember.backends.base import TokenBatch
+from ember.config import settings_from_env
+from ember.engine import EngineArray
+from ember.errors import BackendFailure, Overloaded
+from ember.models.spec import ResolvedModel
+
+POISON = "zebra"  # a text whose batch the wrapper fails
+
+
+class InstrumentedBackend:
+    """The real backend, plus a delay, a poison pill and a record of what ran."""
+
+    def __init__(self, model: ResolvedModel, delay: float) -> None:
+        self.inner = load_backend(model)
+        self.info = self.inner.info
+        self.delay = delay
+        self.seen: list[list[int]] = []
+        self.poison_id: int | None = None
+        self.lock = threading.Lock()
+
+    def forward(self, batch: TokenBatch) -> np.ndarray:
+        rows = [list(r[m.astype(bool)]) for r, m in zip(batch.input_ids, batch.attention_mask,
+                                                        strict=True)]
+        with self.lock:
+            self.seen.extend(rows)
+        time.sleep(self.delay)
+        if self.poison_id is not None and any(self.poison_id in r for r in rows):
+            raise RuntimeError("injected failure")
+        return self.inner.forward(batch)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _engines(minilm_path: Path, delay: float, **options: str) -> tuple[EngineArray, list]:
+    made: list[InstrumentedBackend] = []
+
+    def loader(model: ResolvedModel) -> InstrumentedBackend:
+        made.append(InstrumentedBackend(model, delay))
+        return made[-1]
+
+    settings = settings_from_env(model_id=str(minilm_path), device="cpu", **options)
+    return EngineArray(settings.model_specs(), backend_loader=loader), made
+
+
+async def test_tiny_queue_answers_429_at_once(minilm_path: Path) -> None:
+    engines, _ = _engines(minilm_path, delay=0.5, max_queue_size="2", max_batch_size="1")
+    await engines.start()
+    app = create_app(settings_from_env(model_id=str(minilm_path)), engines)
+    transport = httpx.ASGITransport(app=app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+
+            async def post(text: str) -> httpx.Response:
+                return await client.post("/v1/embeddings", json={"input": [text]})
+
+            started = time.perf_counter()
+            responses = await asyncio.gather(*(post(f"text {i}") for i in range(6)))
+            codes = sorted(r.status_code for r in responses)
+            refused = [r for r in responses if r.status_code == 429]
+            assert codes.count(200) >= 2 and refused, codes
+            body = refused[0].json()["error"]
+            assert body["type"] == "rate_limit_error" and "queued" in body["message"]
+            assert refused[0].headers["retry-after"] == "1"
+            assert time.perf_counter() - started < 30  # refused, not hung
+            assert (await post("after the burst")).status_code == 200
+    finally:
+        await engines.stop()
+
+
+async def test_failing_batch_fails_only_its_requests(minilm_path: Path) -> None:
+    engines, made = _engines(minilm_path, delay=0.05, max_batch_size="1")
+    await engines.start()
+    engine = engines.get(None)
+    backend = made[0]
+    backend.poison_id = engine.tokenizer.encode([POISON])[0].ids[1]
+    try:
+        results = await asyncio.gather(
+            engine.embed(["fine one"]), engine.embed([POISON]), engine.embed(["fine two"]),
+            return_exceptions=True,
+        )
+        assert isinstance(results[1], BackendFailure) and "injected" in results[1].message
+        assert not isinstance(results[0], Exception) and not isinstance(results[2], Exception)
+        again = await engine.embed(["the engine still works"])
+        assert again.outputs.shape == (1, 384)
+    finally:
+        await engines.stop()
+
+
+async def test_cancelled_request_never_reaches_backend(minilm_path: Path) -> None:
+    engines, made = _engines(minilm_path, delay=0.6, max_batch_size="1")
+    await engines.start()
+    engine = engines.get(None)
+    backend = made[0]
+    marker = engine.tokenizer.encode(["giraffe"])[0].ids[1]
+    try:
+        backend.seen.clear()
+        first = asyncio.create_task(engine.embed(["occupies the backend"]))
+        await asyncio.sleep(0.2)  # first batch is now in the forward pass
+        doomed = asyncio.create_task(engine.embed(["giraffe"]))
+        await asyncio.sleep(0.05)
+        doomed.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        await first
+        await engine.embed(["after"])  # the batcher has moved past the cancelled item
+        assert all(marker not in row for row in backend.seen)
+        assert len(backend.seen) == 2
+    finally:
+        await engines.stop()
+
+
+async def test_request_timeout_drops_queued_items(minilm_path: Path) -> None:
+    engines, made = _engines(minilm_path, delay=0.8, max_batch_size="1")
+    await engines.start()
+    for engine in engines:  # after warm-up, which itself waits longer than this
+        engine.spec = replace(engine.spec, request_timeout=0.3)
+    engine = engines.get(None)
+    marker = engine.tokenizer.encode(["giraffe"])[0].ids[1]
+    try:
+        made[0].seen.clear()
+        blocker = asyncio.create_task(engine.embed(["blocker"]))
+        await asyncio.sleep(0.1)
+        from ember.errors import RequestTimeout
+
+        with pytest.raises(RequestTimeout):
+            await engine.embed(["giraffe"])
+        await asyncio.gather(blocker, return_exceptions=True)  # it times out too
+        await asyncio.sleep(1.0)  # let the forward thread drain
+        assert all(marker not in row for row in made[0].seen)
+        assert len(made[0].seen) == 1
+    finally:
+        await engines.stop()
+
+
+async def test_overloaded_is_raised_by_the_batcher(minilm_path: Path) -> None:
+    engines, _ = _engines(minilm_path, delay=0.3, max_queue_size="3")
+    await engines.start()
+    try:
+        with pytest.raises(Overloaded):
+            await engines.get(None).embed(["a", "b", "c", "d"])
+    finally:
+        await engines.stop()

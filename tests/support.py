@@ -1,0 +1,87 @@
+"""Helpers for tests that run real servers on 127.0.0.1 (bounded in time)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    url: str
+    process: subprocess.Popen
+    log_path: Path
+    api_key: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def client(self, **kwargs: object) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=60, **kwargs)
+
+
+def wait_ready(url: str, process: subprocess.Popen, log_path: Path, path: str = "/ready",
+               timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url + path, timeout=2).status_code == 200:
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"{url}{path} not ready after {timeout}s:\n{log_path.read_text()}")
+
+
+def stop_process(process: subprocess.Popen, timeout: float = 20) -> None:
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def start_server(args: list[str], *, api_key: str | None = None,
+                 env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
+    """Run `python -m ember serve ARGS` on a free loopback port until the block ends."""
+    port = free_port()
+    log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"ember-serve-{port}.log"
+    cmd = [sys.executable, "-m", "ember", "serve", "--host", "127.0.0.1", "--port", str(port),
+           *args]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}, cwd=REPO,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, process, log_path)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        yield ServerProcess(url, process, log_path, api_key, headers)
+    finally:
+        stop_process(process)

@@ -1,0 +1,81 @@
+"""Model resolution reads the model's own files; nothing is guessed silently."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ember.config import DEFAULT_MODEL_NAME
+from ember.errors import ConfigError
+from ember.models.resolve import detect_task, resolve_model
+from ember.models.spec import ModelSpec
+
+
+def test_default_model_is_packaged_minilm() -> None:
+    model = resolve_model(ModelSpec(model_id=""))
+    assert model.served_name == DEFAULT_MODEL_NAME
+    assert (model.task, model.pooling, model.normalize) == ("embed", "mean", True)
+    assert (model.max_length, model.hidden_size) == (256, 384)
+    assert resolve_model(ModelSpec(model_id=DEFAULT_MODEL_NAME)).path == model.path
+
+
+@pytest.mark.parametrize(
+    ("config", "task", "labels"),
+    [
+        ({"architectures": ["BertModel"]}, "embed", 0),
+        ({"architectures": ["BertForSequenceClassification"], "num_labels": 1}, "rerank", 1),
+        ({"architectures": ["XLMRobertaForSequenceClassification"],
+          "id2label": {"0": "neg", "1": "pos"}}, "classify", 2),
+        ({"architectures": ["BertForSequenceClassification"],
+          "id2label": {"0": "LABEL_0"}}, "rerank", 1),
+    ],
+)
+def test_detect_task(config: dict, task: str, labels: int) -> None:
+    detected, num_labels, _ = detect_task(config)
+    assert (detected, num_labels) == (task, labels)
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_prompts_and_pooling_override(minilm_path: Path, tmp_path: Path) -> None:
+    root = _copy(minilm_path, tmp_path / "m")
+    (root / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "query"}
+    ))
+    model = resolve_model(ModelSpec(model_id=str(root), pooling="cls"))
+    assert model.prompts == {"query": "query: ", "passage": "passage: "}
+    assert model.default_prompt_name == "query" and model.pooling == "cls"
+    assert model.served_name == str(root)
+
+
+def test_missing_pooling_config_is_an_error_not_a_default(minilm_path: Path,
+                                                          tmp_path: Path) -> None:
+    root = _copy(minilm_path, tmp_path / "m")
+    (root / "modules.json").unlink()
+    with pytest.raises(ConfigError, match="--pooling"):
+        resolve_model(ModelSpec(model_id=str(root)))
+    model = resolve_model(ModelSpec(model_id=str(root), pooling="mean"))
+    assert model.normalize is False and model.max_length == 256
+
+
+def test_task_override_needs_a_head(minilm_path: Path) -> None:
+    with pytest.raises(ConfigError, match="ForSequenceClassification"):
+        resolve_model(ModelSpec(model_id=str(minilm_path), task="rerank"))
+
+
+def test_not_a_model_dir(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config.json"):
+        resolve_model(ModelSpec(model_id=str(tmp_path)))
+
+
+def test_offline_hub_id_fails_clearly(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with pytest.raises(ConfigError, match="HF_HUB_OFFLINE"):
+        resolve_model(ModelSpec(model_id="someone/not-cached-model"))
