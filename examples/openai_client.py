@@ -1,7 +1,7 @@
 """Embeddings through the official OpenAI SDK, pointed at Ember.
 
-    make serve            # in another terminal
-    python examples/openai_client.py
+make serve            # in another terminal
+python examples/openai_client.py
 """
 
 import os

@@ -40,8 +40,13 @@ with httpx.Client(base_url=URL, headers=headers, timeout=60) as http:
 
     reranked = http.post(
         "/v1/rerank",
-        json={"model": RERANK_MODEL, "query": query, "documents": candidates, "top_n": 2,
-              "return_documents": True},
+        json={
+            "model": RERANK_MODEL,
+            "query": query,
+            "documents": candidates,
+            "top_n": 2,
+            "return_documents": True,
+        },
     )
     reranked.raise_for_status()
     for result in reranked.json()["results"]:

@@ -46,9 +46,18 @@ def server(
     names = "minilm;reranker;classifier"
     with start_server(
         [
-            "--model-id", models, "--served-model-name", names,
-            "--api-key", API_KEY, "--payload-limit", "200000",
-            "--max-client-batch-size", "64", "--max-batch-tokens", "4096",
+            "--model-id",
+            models,
+            "--served-model-name",
+            names,
+            "--api-key",
+            API_KEY,
+            "--payload-limit",
+            "200000",
+            "--max-client-batch-size",
+            "64",
+            "--max-batch-tokens",
+            "4096",
         ],
         api_key=API_KEY,
     ) as proc:

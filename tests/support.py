@@ -39,8 +39,13 @@ class ServerProcess:
         return httpx.Client(base_url=self.url, headers=self.headers, timeout=60, **kwargs)
 
 
-def wait_ready(url: str, process: subprocess.Popen, log_path: Path, path: str = "/ready",
-               timeout: float = 240.0) -> None:
+def wait_ready(
+    url: str,
+    process: subprocess.Popen,
+    log_path: Path,
+    path: str = "/ready",
+    timeout: float = 240.0,
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -66,17 +71,31 @@ def stop_process(process: subprocess.Popen, timeout: float = 20) -> None:
 
 
 @contextlib.contextmanager
-def start_server(args: list[str], *, api_key: str | None = None,
-                 env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
+def start_server(
+    args: list[str], *, api_key: str | None = None, env: dict[str, str] | None = None
+) -> Iterator[ServerProcess]:
     """Run `python -m ember serve ARGS` on a free loopback port until the block ends."""
     port = free_port()
     log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"ember-serve-{port}.log"
-    cmd = [sys.executable, "-m", "ember", "serve", "--host", "127.0.0.1", "--port", str(port),
-           *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ember",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *args,
+    ]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}, cwd=REPO,
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+            cwd=REPO,
         )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -12,16 +12,24 @@ from tests.support import REPO, ServerProcess
 
 def _run(script: str, env: dict[str, str]) -> str:
     result = subprocess.run(
-        [sys.executable, str(REPO / "examples" / script)], capture_output=True, text=True,
-        timeout=240, env={**os.environ, **env}, cwd=REPO,
+        [sys.executable, str(REPO / "examples" / script)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, **env},
+        cwd=REPO,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
 
 def _server_env(server: ServerProcess) -> dict[str, str]:
-    return {"EMBER_URL": server.url, "EMBER_API_KEY": API_KEY, "EMBED_MODEL": "minilm",
-            "RERANK_MODEL": "reranker"}
+    return {
+        "EMBER_URL": server.url,
+        "EMBER_API_KEY": API_KEY,
+        "EMBED_MODEL": "minilm",
+        "RERANK_MODEL": "reranker",
+    }
 
 
 def test_openai_client_example(server: ServerProcess) -> None:

@@ -68,13 +68,13 @@ def test_classify_matches_transformers_pipeline(
 ):
     from transformers import pipeline
 
-    pipe = pipeline("text-classification", model=str(tiny_classifier_path), top_k=None,
-                    device="cpu")
+    pipe = pipeline(
+        "text-classification", model=str(tiny_classifier_path), top_k=None, device="cpu"
+    )
     texts = TEXTS[:12]
     reference = pipe(texts, truncation=True)
     ours = engine.classify(texts, model="classifier")
     assert len(ours) == len(reference)
     for got, want in zip(ours, reference, strict=True):
         assert [g["label"] for g in got] == [w["label"] for w in want]
-        np.testing.assert_allclose([g["score"] for g in got], [w["score"] for w in want],
-                                   atol=1e-5)
+        np.testing.assert_allclose([g["score"] for g in got], [w["score"] for w in want], atol=1e-5)

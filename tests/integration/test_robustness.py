@@ -37,8 +37,10 @@ class InstrumentedBackend:
         self.lock = threading.Lock()
 
     def forward(self, batch: TokenBatch) -> np.ndarray:
-        rows = [list(r[m.astype(bool)]) for r, m in zip(batch.input_ids, batch.attention_mask,
-                                                        strict=True)]
+        rows = [
+            list(r[m.astype(bool)])
+            for r, m in zip(batch.input_ids, batch.attention_mask, strict=True)
+        ]
         with self.lock:
             self.seen.extend(rows)
         time.sleep(self.delay)
@@ -94,7 +96,9 @@ async def test_failing_batch_fails_only_its_requests(minilm_path: Path) -> None:
     backend.poison_id = engine.tokenizer.encode([POISON])[0].ids[1]
     try:
         results = await asyncio.gather(
-            engine.embed(["fine one"]), engine.embed([POISON]), engine.embed(["fine two"]),
+            engine.embed(["fine one"]),
+            engine.embed([POISON]),
+            engine.embed(["fine two"]),
             return_exceptions=True,
         )
         assert isinstance(results[1], BackendFailure) and "injected" in results[1].message

@@ -38,23 +38,29 @@ def test_openai_sdk_float(oai: openai.OpenAI, reference) -> None:
     want = reference.encode(TEXTS)
     for got, ref in zip(response.data, want, strict=True):
         assert _cos(np.array(got.embedding), ref) >= 0.9999
-    assert response.usage.prompt_tokens == sum(len(reference.tokenizer(t)["input_ids"])
-                                               for t in TEXTS)
+    assert response.usage.prompt_tokens == sum(
+        len(reference.tokenizer(t)["input_ids"]) for t in TEXTS
+    )
 
 
 def test_openai_sdk_base64_is_little_endian_float32(oai: openai.OpenAI, server) -> None:
     floats = oai.embeddings.create(model="minilm", input=TEXTS[0]).data[0].embedding
     with server.client() as http:
-        body = http.post("/v1/embeddings", json={"model": "minilm", "input": TEXTS[0],
-                                                  "encoding_format": "base64"}).json()
+        body = http.post(
+            "/v1/embeddings",
+            json={"model": "minilm", "input": TEXTS[0], "encoding_format": "base64"},
+        ).json()
     decoded = np.frombuffer(base64.b64decode(body["data"][0]["embedding"]), dtype="<f4")
     np.testing.assert_allclose(decoded, floats, atol=1e-6)
     # and the SDK's own base64 path decodes to the same numbers
     sdk = oai.embeddings.create(model="minilm", input=TEXTS[0], encoding_format="base64")
-    np.testing.assert_allclose(np.array(sdk.data[0].embedding, dtype=np.float32)
-                               if isinstance(sdk.data[0].embedding, list)
-                               else np.frombuffer(base64.b64decode(sdk.data[0].embedding), "<f4"),
-                               floats, atol=1e-6)
+    np.testing.assert_allclose(
+        np.array(sdk.data[0].embedding, dtype=np.float32)
+        if isinstance(sdk.data[0].embedding, list)
+        else np.frombuffer(base64.b64decode(sdk.data[0].embedding), "<f4"),
+        floats,
+        atol=1e-6,
+    )
 
 
 def test_openai_sdk_dimensions_truncate_and_renormalise(oai: openai.OpenAI, reference) -> None:
@@ -70,8 +76,9 @@ def test_token_id_input(server: ServerProcess, reference) -> None:
     ids = reference.tokenizer("hello world", add_special_tokens=False)["input_ids"]
     with server.client() as http:
         from_ids = http.post("/v1/embeddings", json={"model": "minilm", "input": ids}).json()
-        from_text = http.post("/v1/embeddings",
-                              json={"model": "minilm", "input": "hello world"}).json()
+        from_text = http.post(
+            "/v1/embeddings", json={"model": "minilm", "input": "hello world"}
+        ).json()
         batch = http.post("/v1/embeddings", json={"model": "minilm", "input": [ids, ids]}).json()
     a = np.array(from_ids["data"][0]["embedding"])
     b = np.array(from_text["data"][0]["embedding"])
@@ -89,9 +96,16 @@ def test_cohere_rerank(server: ServerProcess) -> None:
     docs = ["Paris is in France.", {"text": "Berlin is in Germany."}, "Cats purr."]
     with server.client() as http:
         for path in ("/v1/rerank", "/v2/rerank", "/rerank"):
-            body = http.post(path, json={"model": "reranker", "query": "capital of France",
-                                         "documents": docs, "top_n": 2,
-                                         "return_documents": True}).json()
+            body = http.post(
+                path,
+                json={
+                    "model": "reranker",
+                    "query": "capital of France",
+                    "documents": docs,
+                    "top_n": 2,
+                    "return_documents": True,
+                },
+            ).json()
             results = body["results"]
             assert len(results) == 2 and body["model"] == "reranker" and body["id"]
             scores = [r["relevance_score"] for r in results]
@@ -100,10 +114,13 @@ def test_cohere_rerank(server: ServerProcess) -> None:
             texts = [d if isinstance(d, str) else d["text"] for d in docs]
             assert all(r["document"]["text"] == texts[r["index"]] for r in results)
             assert body["usage"]["prompt_tokens"] > 0
-        raw = http.post("/v1/rerank", json={"model": "reranker", "query": "q",
-                                            "documents": ["a", "b"], "raw_scores": True}).json()
-        plain = http.post("/v1/rerank", json={"model": "reranker", "query": "q",
-                                              "documents": ["a", "b"]}).json()
+        raw = http.post(
+            "/v1/rerank",
+            json={"model": "reranker", "query": "q", "documents": ["a", "b"], "raw_scores": True},
+        ).json()
+        plain = http.post(
+            "/v1/rerank", json={"model": "reranker", "query": "q", "documents": ["a", "b"]}
+        ).json()
     by_index = {r["index"]: r["relevance_score"] for r in raw["results"]}
     for r in plain["results"]:
         assert abs(1 / (1 + np.exp(-by_index[r["index"]])) - r["relevance_score"]) < 1e-6
@@ -111,8 +128,9 @@ def test_cohere_rerank(server: ServerProcess) -> None:
 
 def test_tei_rerank_shape(server: ServerProcess) -> None:
     with server.client() as http:
-        body = http.post("/rerank", json={"query": "q", "texts": ["a", "b c", "d"],
-                                          "return_text": True}).json()
+        body = http.post(
+            "/rerank", json={"query": "q", "texts": ["a", "b c", "d"], "return_text": True}
+        ).json()
     assert isinstance(body, list) and len(body) == 3
     assert {r["index"] for r in body} == {0, 1, 2}
     assert [r["score"] for r in body] == sorted((r["score"] for r in body), reverse=True)
@@ -121,8 +139,9 @@ def test_tei_rerank_shape(server: ServerProcess) -> None:
 
 def test_classify_and_predict(server: ServerProcess) -> None:
     with server.client() as http:
-        body = http.post("/classify", json={"model": "classifier",
-                                            "input": ["good", "bad movie"]}).json()
+        body = http.post(
+            "/classify", json={"model": "classifier", "input": ["good", "bad movie"]}
+        ).json()
         single = http.post("/predict", json={"inputs": "good"}).json()
         many = http.post("/predict", json={"inputs": ["good", "bad movie"]}).json()
     assert body["object"] == "classify" and len(body["data"]) == 2
@@ -155,14 +174,23 @@ def test_operations_routes(server: ServerProcess) -> None:
 
     assert httpx.get(server.url + "/health").status_code == 200  # open without a key
     ready = httpx.get(server.url + "/ready")
-    assert ready.status_code == 200 and ready.json()["models"] == ["minilm", "reranker",
-                                                                   "classifier"]
+    assert ready.status_code == 200 and ready.json()["models"] == [
+        "minilm",
+        "reranker",
+        "classifier",
+    ]
     with server.client() as http:
         http.post("/v1/embeddings", json={"model": "minilm", "input": "metrics please"})
     metrics = httpx.get(server.url + "/metrics").text
-    for name in ("ember_requests_total", "ember_queue_depth", "ember_batch_size_bucket",
-                 "ember_batch_tokens_bucket", 'stage="tokenize"', 'stage="queue"',
-                 'stage="forward"'):
+    for name in (
+        "ember_requests_total",
+        "ember_queue_depth",
+        "ember_batch_size_bucket",
+        "ember_batch_tokens_bucket",
+        'stage="tokenize"',
+        'stage="queue"',
+        'stage="forward"',
+    ):
         assert name in metrics, name
     assert 'route="/v1/embeddings",status="200"' in metrics
     assert httpx.get(server.url + "/docs").status_code == 200

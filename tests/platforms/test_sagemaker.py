@@ -1,18 +1,25 @@
-"""SageMaker adapter: deploy.py against a real moto server and botocore's Stubber.
+"""SageMaker adapter: the ``serve`` entrypoint on a loopback port, and deploy.py.
 
-moto 5.2.5 plays S3 + SageMaker + SageMaker Runtime on 127.0.0.1. Its limits shape the
-tests: it rejects ml.inf2.* in CreateEndpointConfig (so the moto flow uses ml.m5.xlarge
-and the ml.inf2.xlarge default is checked with Stubber, which validates every request
-against botocore's real service model), it has no UpdateEndpoint (update is Stubber-only),
-endpoints are InService at once, and InvokeEndpoint answers from a queue of canned
-results set through moto's /moto-api/static/sagemaker/endpoint-results (or the literal
-body "body" when the queue is empty) without calling any container.
+The entrypoint runs as SageMaker runs it (``serve.py serve``, port from
+SAGEMAKER_BIND_TO_PORT) with the CPU torch backend, serving the packaged MiniLM plus the
+tiny reranker and classifier the suite builds; every /invocations body shape is compared
+with the core computing the same thing in-process.
+
+deploy.py runs against a real moto server for S3 + SageMaker + SageMaker Runtime. moto
+5.2.5's limits shape those tests: it rejects ml.inf2.* in CreateEndpointConfig (so the
+moto flow uses ml.m5.xlarge and the ml.inf2.xlarge default is checked with botocore's
+Stubber, which validates every request against the real service model), it has no
+UpdateEndpoint (update is Stubber-only), endpoints are InService at once, and
+InvokeEndpoint answers from a queue of canned results set through
+/moto-api/static/sagemaker/endpoint-results (or the literal body "body" when the queue is
+empty) without calling any container.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,16 +28,237 @@ from typing import Any
 import boto3
 import httpx
 import pytest
-from _helpers_runpod_sagemaker import (
+from botocore.response import StreamingBody
+from botocore.stub import Stubber
+
+from tests.platforms._helpers_runpod_sagemaker import (
     PYTHON,
     REPO,
-    ServerProcess,
+    Running,
     child_env,
     free_port,
     load_module,
+    max_abs_diff,
+    running,
 )
-from botocore.response import StreamingBody
-from botocore.stub import Stubber
+
+SERVE = REPO / "platforms" / "sagemaker" / "serve.py"
+serve = load_module(SERVE, "ember_sagemaker_serve")
+
+# ------------------------------------------------------------------ serve entrypoint
+
+NAMES = "minilm;reranker;classifier"
+TEXTS = ["Inferentia runs compiled graphs.", "A cat sat on the mat."]
+QUERY = "Which chip runs compiled graphs?"
+
+
+@pytest.fixture(scope="module")
+def models(minilm_path: Path, tiny_reranker_path: Path, tiny_classifier_path: Path) -> str:
+    return f"{minilm_path};{tiny_reranker_path};{tiny_classifier_path}"
+
+
+@pytest.fixture(scope="module")
+def reference(models: str) -> dict[str, Any]:
+    """What the core itself returns for the same inputs (in-process, same settings)."""
+    from ember.engine import SyncEngineArray
+
+    with SyncEngineArray(model_id=models, served_model_name=NAMES, max_batch_tokens=1024) as ref:
+        return {
+            "embed": ref.embed(TEXTS, model="minilm").tolist(),
+            "rerank": ref.rerank(QUERY, TEXTS, model="reranker"),
+            "classify": ref.classify(TEXTS, model="classifier"),
+        }
+
+
+@pytest.fixture(scope="module")
+def endpoint(models: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    port = free_port()
+    env = child_env(
+        {
+            "SAGEMAKER_BIND_TO_PORT": str(port),
+            "EMBER_HOST": "127.0.0.1",
+            "EMBER_MODEL_ID": models,
+            "EMBER_SERVED_MODEL_NAME": NAMES,
+            "EMBER_BACKEND": "torch",
+            "EMBER_DEVICE": "cpu",
+            "EMBER_MAX_BATCH_TOKENS": "1024",
+            "EMBER_API_KEY": "must-be-ignored",
+        }
+    )
+    with running(
+        [PYTHON, str(SERVE), "serve"],
+        port=port,
+        log_path=tmp_path_factory.mktemp("sagemaker") / "serve.log",
+        env=env,
+        ready_path="/ping",
+    ) as server:
+        yield server
+
+
+def _invoke(endpoint: Running, body: Any, content_type: str = "application/json") -> httpx.Response:
+    return httpx.post(
+        f"{endpoint.url}/invocations",
+        content=json.dumps(body).encode(),
+        headers={"Content-Type": content_type},
+        timeout=60,
+    )
+
+
+def test_ping_is_ready_and_no_api_key_is_required(endpoint: Running) -> None:
+    ping = httpx.get(f"{endpoint.url}/ping", timeout=10)
+    assert ping.status_code == 200
+    assert ping.json() == {"status": "ready", "models": NAMES.split(";")}
+    assert "EMBER_API_KEY is ignored" in endpoint.log()
+
+
+def test_openai_embeddings_body(endpoint: Running, reference: dict[str, Any]) -> None:
+    resp = _invoke(endpoint, {"input": TEXTS, "model": "minilm"})
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert out["object"] == "list" and out["model"] == "minilm"
+    for item, ref in zip(out["data"], reference["embed"], strict=True):
+        assert max_abs_diff(item["embedding"], ref) < 1e-5
+
+
+def test_tei_embed_body(endpoint: Running, reference: dict[str, Any]) -> None:
+    resp = _invoke(endpoint, {"inputs": TEXTS})  # several models, no name: the embedder
+    assert resp.status_code == 200, resp.text
+    vectors = resp.json()
+    assert len(vectors) == 2
+    for vec, ref in zip(vectors, reference["embed"], strict=True):
+        assert max_abs_diff(vec, ref) < 1e-5
+
+
+def test_cohere_and_tei_rerank_bodies(endpoint: Running, reference: dict[str, Any]) -> None:
+    cohere = _invoke(endpoint, {"query": QUERY, "documents": TEXTS})
+    assert cohere.status_code == 200, cohere.text
+    results = cohere.json()["results"]
+    assert sorted(r["index"] for r in results) == [0, 1]
+    scores = [r["relevance_score"] for r in results]
+    assert scores == sorted(scores, reverse=True)
+    for r in results:
+        assert abs(r["relevance_score"] - reference["rerank"][r["index"]]) < 1e-5
+
+    tei = _invoke(endpoint, {"query": QUERY, "texts": TEXTS})
+    assert tei.status_code == 200, tei.text
+    for r in tei.json():
+        assert abs(r["score"] - reference["rerank"][r["index"]]) < 1e-5
+
+
+def test_classify_body(endpoint: Running, reference: dict[str, Any]) -> None:
+    resp = _invoke(endpoint, {"inputs": TEXTS, "model": "classifier"})
+    assert resp.status_code == 200, resp.text
+    got = resp.json()
+    assert len(got) == 2
+    for preds, ref in zip(got, reference["classify"], strict=True):
+        assert [p["label"] for p in preds] == [r["label"] for r in ref]
+        for p, r in zip(preds, ref, strict=True):
+            assert abs(p["score"] - r["score"]) < 1e-5
+
+
+@pytest.mark.parametrize("content_type", ["text/csv", "application/x-npy", ""])
+def test_non_json_content_type_is_415(endpoint: Running, content_type: str) -> None:
+    headers = {"Content-Type": content_type} if content_type else {}
+    resp = httpx.post(
+        f"{endpoint.url}/invocations", content=b'{"input": "x"}', headers=headers, timeout=10
+    )
+    assert resp.status_code == 415
+    assert "application/json" in resp.json()["error"]["message"]
+
+
+def test_json_with_charset_is_accepted(endpoint: Running) -> None:
+    resp = _invoke(endpoint, {"input": "x", "model": "minilm"}, "application/json; charset=utf-8")
+    assert resp.status_code == 200, resp.text
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "fragment"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b'{"prompt": "x"}', 400, "cannot tell what to do"),
+        (b'{"input": [], "model": "minilm"}', 422, "input"),
+        (b'{"input": "x", "model": "nope"}', 404, "nope"),
+    ],
+)
+def test_bad_bodies_get_openai_errors(
+    endpoint: Running, raw: bytes, status: int, fragment: str
+) -> None:
+    resp = httpx.post(
+        f"{endpoint.url}/invocations",
+        content=raw,
+        headers={"Content-Type": "application/json"},
+        timeout=10,
+    )
+    assert resp.status_code == status, resp.text
+    assert fragment in resp.json()["error"]["message"]
+
+
+def test_model_choice_order(tmp_path: Path) -> None:
+    """EMBER_MODEL_ID > /opt/ml/model (flat or one folder down; Neuron artifact) > HF_MODEL_ID."""
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "config.json").write_text("{}")
+    nested = tmp_path / "nested"
+    (nested / "my-model").mkdir(parents=True)
+    (nested / "my-model" / "config.json").write_text("{}")
+    neuron = tmp_path / "neuron"
+    neuron.mkdir()
+    (neuron / "ember_neuron.json").write_text("{}")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    dir_env = serve.MODEL_DIR_ENV
+
+    assert serve.model_overrides({"EMBER_MODEL_ID": "x", dir_env: str(flat)}) == {}
+    assert serve.model_overrides({dir_env: str(flat)}) == {"model_id": str(flat)}
+    assert serve.model_overrides({dir_env: str(nested)}) == {"model_id": str(nested / "my-model")}
+    assert serve.model_overrides({dir_env: str(neuron)}) == {
+        "model_id": str(neuron),
+        "backend": "neuron",
+    }
+    assert serve.model_overrides({dir_env: str(neuron), "EMBER_BACKEND": "torch"}) == {
+        "model_id": str(neuron)
+    }
+    hf = {dir_env: str(empty), "HF_MODEL_ID": "BAAI/bge-small-en-v1.5", "HF_MODEL_REVISION": "v2"}
+    assert serve.model_overrides(hf) == {"model_id": "BAAI/bge-small-en-v1.5", "revision": "v2"}
+    assert serve.model_overrides({dir_env: str(tmp_path / "missing")}) == {}
+
+
+def test_serve_requires_the_serve_argument(capsys: pytest.CaptureFixture[str]) -> None:
+    assert serve.main(["train"]) == 2
+    assert "serve" in capsys.readouterr().err
+
+
+def test_failed_model_load_exits_instead_of_pinging_503(tmp_path: Path) -> None:
+    """A broken /opt/ml/model must end the container (SageMaker fails fast), not hang."""
+    model_dir = tmp_path / "opt-ml-model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{this is not json")
+    port = free_port()
+    env = child_env(
+        {
+            "SAGEMAKER_BIND_TO_PORT": str(port),
+            "EMBER_HOST": "127.0.0.1",
+            serve.MODEL_DIR_ENV: str(model_dir),
+            "EMBER_BACKEND": "torch",
+        }
+    )
+    env.pop("EMBER_MODEL_ID", None)
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.run(
+            [PYTHON, str(SERVE), "serve"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=180,
+        )
+    text = log_path.read_text()
+    assert proc.returncode == 1, text
+    assert "model loading failed" in text and str(model_dir) in text
+
+
+# ------------------------------------------------------------------------ deploy.py
 
 deploy = load_module(REPO / "platforms" / "sagemaker" / "deploy.py", "ember_sagemaker_deploy")
 
@@ -45,21 +273,18 @@ CANNED_EMBEDDING = {
 }
 
 
-# --------------------------------------------------------------------------- moto flow
-
-
 @pytest.fixture(scope="module")
 def moto_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    server = ServerProcess(
-        [PYTHON, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], child_env(), log
-    )
-    try:
-        server.wait_http(f"http://127.0.0.1:{port}/moto-api/data.json", timeout=60)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
+    with running(
+        [PYTHON, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        port=port,
+        log_path=tmp_path_factory.mktemp("moto") / "moto.log",
+        env=child_env(),
+        ready_path="/moto-api/data.json",
+        timeout=60,
+    ) as server:
+        yield server.url
 
 
 @pytest.fixture

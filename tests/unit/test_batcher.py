@@ -14,8 +14,9 @@ from ember.engine.tokenizer import Tokens
 def _items(lengths: list[int]) -> list[WorkItem]:
     loop = asyncio.new_event_loop()
     try:
-        return [WorkItem(Tokens(list(range(1, n + 1)), [0] * n), loop.create_future())
-                for n in lengths]
+        return [
+            WorkItem(Tokens(list(range(1, n + 1)), [0] * n), loop.create_future()) for n in lengths
+        ]
     finally:
         loop.close()
 

@@ -49,9 +49,13 @@ def test_mismatched_counts_are_refused() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value", "message"),
-    [("backend", "tensorflow", "backend"), ("device", "tpu", "device"),
-     ("max_batch_tokens", "0", ">= 1"), ("max_batch_size", "many", "integer"),
-     ("task", "summarize", "task")],
+    [
+        ("backend", "tensorflow", "backend"),
+        ("device", "tpu", "device"),
+        ("max_batch_tokens", "0", ">= 1"),
+        ("max_batch_size", "many", "integer"),
+        ("task", "summarize", "task"),
+    ],
 )
 def test_bad_values_are_refused(field: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

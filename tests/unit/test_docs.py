@@ -27,32 +27,42 @@ def test_readme_flag_table_equals_generated_table() -> None:
 
 
 def test_help_lists_exactly_the_table_flags() -> None:
-    serve = next(
-        a.choices["serve"] for a in build_parser()._actions if getattr(a, "choices", None)
-    )
+    serve = next(a.choices["serve"] for a in build_parser()._actions if getattr(a, "choices", None))
     help_flags = {o for a in serve._actions for o in a.option_strings if o.startswith("--")}
     help_flags -= {"--help"}
     help_flags = {f for f in help_flags if not f.startswith("--no-")}
     table_flags = set(re.findall(r"^\| `(--[a-z-]+)`", flag_table(), re.M))
     assert help_flags == table_flags
     assert len(table_flags) == len(ServerSettings.model_fields)
-    out = subprocess.run([sys.executable, "-m", "ember", "serve", "--help"], capture_output=True,
-                         text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "ember", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     for flag in table_flags:
         assert flag in out
         assert "EMBER_" + flag[2:].upper().replace("-", "_") in out
 
 
 def test_version() -> None:
-    out = subprocess.run([sys.executable, "-m", "ember", "--version"], capture_output=True,
-                         text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "ember", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     assert out.strip() == f"ember {__version__}"
 
 
 def test_bad_config_exits_with_a_clear_message() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "ember", "serve", "--backend", "tensorflow"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     assert "--backend must be one of" in result.stderr

@@ -27,10 +27,19 @@ def test_default_model_is_packaged_minilm() -> None:
     [
         ({"architectures": ["BertModel"]}, "embed", 0),
         ({"architectures": ["BertForSequenceClassification"], "num_labels": 1}, "rerank", 1),
-        ({"architectures": ["XLMRobertaForSequenceClassification"],
-          "id2label": {"0": "neg", "1": "pos"}}, "classify", 2),
-        ({"architectures": ["BertForSequenceClassification"],
-          "id2label": {"0": "LABEL_0"}}, "rerank", 1),
+        (
+            {
+                "architectures": ["XLMRobertaForSequenceClassification"],
+                "id2label": {"0": "neg", "1": "pos"},
+            },
+            "classify",
+            2,
+        ),
+        (
+            {"architectures": ["BertForSequenceClassification"], "id2label": {"0": "LABEL_0"}},
+            "rerank",
+            1,
+        ),
     ],
 )
 def test_detect_task(config: dict, task: str, labels: int) -> None:
@@ -45,17 +54,23 @@ def _copy(src: Path, dst: Path) -> Path:
 
 def test_prompts_and_pooling_override(minilm_path: Path, tmp_path: Path) -> None:
     root = _copy(minilm_path, tmp_path / "m")
-    (root / "config_sentence_transformers.json").write_text(json.dumps(
-        {"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "query"}
-    ))
+    (root / "config_sentence_transformers.json").write_text(
+        json.dumps(
+            {
+                "prompts": {"query": "query: ", "passage": "passage: "},
+                "default_prompt_name": "query",
+            }
+        )
+    )
     model = resolve_model(ModelSpec(model_id=str(root), pooling="cls"))
     assert model.prompts == {"query": "query: ", "passage": "passage: "}
     assert model.default_prompt_name == "query" and model.pooling == "cls"
     assert model.served_name == str(root)
 
 
-def test_missing_pooling_config_is_an_error_not_a_default(minilm_path: Path,
-                                                          tmp_path: Path) -> None:
+def test_missing_pooling_config_is_an_error_not_a_default(
+    minilm_path: Path, tmp_path: Path
+) -> None:
     root = _copy(minilm_path, tmp_path / "m")
     (root / "modules.json").unlink()
     with pytest.raises(ConfigError, match="--pooling"):
