@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import bentoml
+
 from ember.api.app import create_app
 from ember.engine import EngineArray
 from ember.platform import settings_from_env
@@ -38,8 +39,7 @@ from ember.platform import settings_from_env
 CUDA_IMAGE = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04"
 PYTHON_VERSION = "3.11"
 CONSTRAINTS = Path(__file__).resolve().parents[1] / "constraints.txt"
-BENTO_SRC = "/home/bentoml/bento/src"  # where BentoML puts the build context in the image
-BAKED_HF_HOME = "/home/bentoml/hf"
+BAKED_HF_HOME = "/home/bentoml/.cache/huggingface"  # the serving user's default HF cache
 
 
 def env_int(name: str, default: int | None) -> int | None:
@@ -89,24 +89,22 @@ IMAGE = (
     bentoml.images.Image(
         base_image=CUDA_IMAGE, python_version=PYTHON_VERSION, lock_python_packages=False
     )
-    .build_include("core")
+    .build_include("pyproject.toml", "README.md", "core")
     .python_packages(*constraint_pins("bentoml"))
+    # Ember itself from the Bento's copy of the source; its dependencies are the pins above.
+    .run("uv pip install --no-deps ./src")
+    # Weights into the serving user's default Hugging Face cache, where the container's
+    # `bentoml serve` (running as that user) looks first.
     .run(
-        f"mkdir -p {BAKED_HF_HOME} && HF_HUB_OFFLINE=0 PYTHONPATH={BENTO_SRC}/core "
-        f"python -c {shlex.quote(BAKE)} && chown -R bentoml:bentoml {BAKED_HF_HOME}"
+        f"mkdir -p {BAKED_HF_HOME} && HF_HOME={BAKED_HF_HOME} python -c {shlex.quote(BAKE)}"
+        f" && chown -R bentoml:bentoml {BAKED_HF_HOME.rsplit('/', 1)[0]}"
     )
 )
 
-# EMBER_* set at build time travel into the image; variables set when serving win.
-ENVS: list[dict[str, Any]] = [
+# EMBER_* set when building become ENV in the image, so the container serves the same
+# models; on a workstation, `bentoml serve` lets variables already set win.
+ENVS: list[dict[str, str]] = [
     {"name": k, "value": v} for k, v in sorted(os.environ.items()) if k.startswith("EMBER_")
-]
-# Image-only (stage=build still becomes ENV in the image, but `bentoml serve` on a
-# workstation ignores it, so local runs keep their own cache and PYTHONPATH).
-ENVS += [
-    {"name": "PYTHONPATH", "value": f"{BENTO_SRC}/core", "stage": "build"},
-    {"name": "HF_HOME", "value": BAKED_HF_HOME, "stage": "build"},
-    {"name": "HF_HUB_OFFLINE", "value": "1", "stage": "build"},
 ]
 
 RESOURCES: dict[str, Any] = {}

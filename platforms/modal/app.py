@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import modal
+
 from ember.platform import build_engines, dispatch_invocation, settings_from_env
 
 T = TypeVar("T")
