@@ -63,11 +63,12 @@ class TorchBackend:
         if self.device == "cpu":
             configure_cpu_threads()
         auto = AutoModel if model.task == "embed" else AutoModelForSequenceClassification
+        attention = self._attention(self.device, self.dtype)
         try:
             net = auto.from_pretrained(
                 str(model.path),
                 dtype=self.dtype,
-                attn_implementation="sdpa",
+                attn_implementation=attention,
                 trust_remote_code=model.spec.trust_remote_code,
             )
         except ValueError:  # architectures without an SDPA kernel in transformers
@@ -85,6 +86,17 @@ class TorchBackend:
             dtype=str(self.dtype).removeprefix("torch."),
             details={"attention": str(getattr(self.net.config, "_attn_implementation", "eager"))},
         )
+
+    @staticmethod
+    def _attention(device: str, dtype: torch.dtype) -> str:
+        """flash-attn on CUDA in half precision when installed: transformers then unpads the
+        batch (varlen kernels), so mixed lengths do no work on padding. SDPA otherwise."""
+        if device == "cuda" and dtype in (torch.float16, torch.bfloat16):
+            import importlib.util
+
+            if importlib.util.find_spec("flash_attn") is not None:
+                return "flash_attention_2"
+        return "sdpa"
 
     def forward(self, batch: TokenBatch) -> np.ndarray:
         with torch.inference_mode():
