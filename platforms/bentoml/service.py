@@ -34,9 +34,10 @@ from ember.api.app import create_app
 from ember.engine import EngineArray
 from ember.platform import settings_from_env
 
-# Pinned by full tag, the same CUDA userland as platforms/modal/app.py. To bump it, change
-# both, rebuild (`bentoml build ...`), and check /info reports device=cuda on the new image.
-CUDA_IMAGE = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04"
+# Pinned by full tag, the same CUDA userland as platforms/modal/app.py, whose CUDA major
+# matches the pinned torch wheel's (torch 2.13.0: CUDA 13.0). To bump it, change both with
+# torch in platforms/constraints.txt, rebuild, and check /info reports device=cuda.
+CUDA_IMAGE = "nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04"
 PYTHON_VERSION = "3.11"
 CONSTRAINTS = Path(__file__).resolve().parents[1] / "constraints.txt"
 BAKED_HF_HOME = "/home/bentoml/.cache/huggingface"  # the serving user's default HF cache

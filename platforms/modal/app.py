@@ -54,11 +54,12 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # ---- the image ---------------------------------------------------------------------------
-# Pinned by full tag so a rebuild months from now gets the same CUDA userland. torch's
-# wheels bring their own CUDA libraries; the base supplies cuDNN-compatible system libs and
-# a driver-compatible runtime. To bump: change the tag here and in
-# platforms/bentoml/service.py, redeploy, and check /info reports device=cuda.
-CUDA_IMAGE = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04"
+# Pinned by full tag so a rebuild months from now gets the same CUDA userland. The CUDA
+# major matches the one the pinned torch wheel bundles (torch 2.13.0: CUDA 13.0, cuDNN 9),
+# so both need a host driver of the R580 series or newer. To bump: change the tag here and
+# in platforms/bentoml/service.py together with torch in platforms/constraints.txt, redeploy,
+# and check that /info reports device=cuda.
+CUDA_IMAGE = "nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04"
 PYTHON_VERSION = "3.11"
 CONSTRAINTS = Path(__file__).resolve().parents[1] / "constraints.txt"
 HF_HOME = "/models/hf"  # weights baked into the image live here
