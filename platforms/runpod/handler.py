@@ -27,6 +27,7 @@ at once; by default it is sized to the engines' queue (see ``default_concurrency
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
 import threading
@@ -66,6 +67,16 @@ class EngineThread:
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the engines' loop; await it from whichever loop RunPod uses."""
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    def close(self) -> None:
+        """Stop the engines (frees device memory, ends batcher tasks) and the loop."""
+        if not self._loop.is_running():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self.engines.stop(), self._loop).result(timeout=30)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
 
 
 def default_concurrency(engines: EngineArray) -> int:
@@ -134,6 +145,7 @@ def make_handler(worker: EngineThread) -> Any:
 SETTINGS = settings_from_env()
 configure_logging(SETTINGS.log_level, SETTINGS.json_logs)
 WORKER = EngineThread(SETTINGS)
+atexit.register(WORKER.close)  # after RunPod's loop returns on SIGTERM
 handler = make_handler(WORKER)
 CONCURRENCY = concurrency_from_env(WORKER.engines)
 log.info("ember runpod worker ready: models=%s concurrency=%d", WORKER.engines.names, CONCURRENCY)

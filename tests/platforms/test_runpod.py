@@ -22,12 +22,14 @@ import pytest
 from tests.platforms._helpers_runpod_sagemaker import (
     PYTHON,
     REPO,
+    FakeRunPodQueue,
     Running,
     child_env,
     free_port,
     max_abs_diff,
     running,
 )
+from tests.support import stop_process
 
 HANDLER = REPO / "platforms" / "runpod" / "handler.py"
 NAMES = "minilm;reranker"
@@ -156,27 +158,56 @@ def test_bad_input_fails_the_job_with_the_message(
     assert "output" not in job
 
 
-def test_worker_mode_runs_the_shipped_test_input(minilm_path: Path, tmp_path: Path) -> None:
-    """``python handler.py`` next to test_input.json: RunPod's local worker loop (asyncio.run,
-    not uvicorn) runs the job through the same warm engines and exits 0 on success."""
-    log_path = tmp_path / "worker.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.run(
-            [PYTHON, str(HANDLER)],
-            cwd=HANDLER.parent,
-            env=child_env(
-                {
-                    "EMBER_MODEL_ID": str(minilm_path),
-                    "EMBER_DEVICE": "cpu",
-                    "EMBER_MAX_BATCH_TOKENS": "1024",
-                    "RUNPOD_LOG_LEVEL": "INFO",
-                }
-            ),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            timeout=240,
+def test_shipped_test_input_completes(worker: Running) -> None:
+    """platforms/runpod/test_input.json is what `python handler.py` runs locally."""
+    shipped = json.loads((HANDLER.parent / "test_input.json").read_text())
+    job = runsync(worker, shipped["input"])
+    assert job["status"] == "COMPLETED", job
+    assert len(job["output"]["data"]) == len(shipped["input"]["input"])
+
+
+def test_worker_mode_takes_concurrent_jobs_from_the_queue(
+    minilm_path: Path, reference: dict[str, Any], tmp_path: Path
+) -> None:
+    """Deployed mode: RunPod's JobScaler (asyncio.run, not uvicorn) pulls jobs in batches
+    of the concurrency_modifier's value and posts each result, errors as job errors."""
+    jobs: list[dict[str, Any]] = [
+        {"id": f"job-{i}", "input": {"input": [TEXTS[i % 2]]}} for i in range(10)
+    ]
+    jobs.append({"id": "job-bad", "input": {"input": [], "model": "minilm"}})
+    with FakeRunPodQueue(jobs) as queue:
+        env = child_env(
+            {
+                **queue.env(),
+                "EMBER_MODEL_ID": str(minilm_path),
+                "EMBER_SERVED_MODEL_NAME": "minilm",
+                "EMBER_DEVICE": "cpu",
+                "EMBER_MAX_BATCH_TOKENS": "1024",
+                "EMBER_RUNPOD_CONCURRENCY": "4",
+                "RUNPOD_LOG_LEVEL": "INFO",
+            }
         )
-    text = log_path.read_text(errors="replace")
-    assert proc.returncode == 0, text[-4000:]
-    assert "Job local_test completed successfully" in text
-    assert "'object': 'list'" in text and "'embedding': [" in text
+        log_path = tmp_path / "worker.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [PYTHON, str(HANDLER)],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            finished = queue.done.wait(timeout=240)
+        finally:
+            stop_process(proc)
+        text = log_path.read_text(errors="replace")
+        assert finished, f"results {sorted(queue.results)} of {len(jobs)}:\n{text[-4000:]}"
+
+    assert max(queue.batch_sizes) == 4, queue.batch_sizes  # concurrency_modifier honoured
+    for i in range(10):
+        out = queue.results[f"job-{i}"]["output"]
+        assert out["object"] == "list" and out["model"] == "minilm"
+        assert max_abs_diff(out["data"][0]["embedding"], reference["embed"][i % 2]) < 1e-5
+    bad = queue.results["job-bad"]
+    assert "output" not in bad and bad["error"].startswith("422 invalid_request_error"), bad
