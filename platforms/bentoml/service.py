@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import bentoml
+from prometheus_client import generate_latest
 
 from ember.api.app import create_app
 from ember.engine import EngineArray
@@ -139,3 +140,8 @@ class Ember:
     def __is_alive__(self) -> bool:
         """BentoML's /livez: 503 once loading has failed, so the orchestrator restarts us."""
         return HTTP.state.load_error is None
+
+    def __metrics__(self, content: str) -> str:
+        """BentoML's /metrics shadows the core's route: append the core's series (queue
+        depth, batch sizes, stage timings) so one scrape sees both."""
+        return content + generate_latest(self.engines.metrics.registry).decode()

@@ -102,7 +102,10 @@ def test_embeddings_match_the_core(server: tuple, reference: dict) -> None:
     srv, _ = server
     with srv.client() as client:
         resp = client.post("/v1/embeddings", json={"input": TEXTS, "model": "minilm"})
+        metrics = client.get("/metrics").text
     assert resp.status_code == 200, resp.text
+    # One scrape shows BentoML's series and the core's (appended by __metrics__).
+    assert "bentoml_" in metrics and 'ember_batch_size_count{model="minilm"}' in metrics
     body = resp.json()
     got = np.array([row["embedding"] for row in body["data"]])
     np.testing.assert_allclose(got, reference["embed"], atol=1e-5)
