@@ -96,8 +96,9 @@ def concurrency(settings: Any) -> tuple[int, int]:
     """(target, max) concurrent inputs per container, sized to the batcher.
 
     A batch fills from concurrent requests, so Modal should route about one full batch
-    of requests per model to each container (target); bursts may go to four batches
-    (max), beyond which Modal starts another container instead of queueing here.
+    of requests (the largest ``max_batch_size``) to each container (target); bursts may
+    reach four batches (max), beyond which Modal starts another container rather than
+    queueing behind a busy GPU.
     """
     batch = max(spec.max_batch_size for spec in settings.model_specs())
     target = env_int("EMBER_MODAL_TARGET_INPUTS", None) or batch
@@ -140,7 +141,7 @@ def build_image() -> modal.Image:
     return image
 
 
-SETTINGS = settings_from_env()  # validates EMBER_* at deploy time, not in the container
+SETTINGS = settings_from_env()  # a bad EMBER_* value fails `modal deploy`, not a container
 TARGET_INPUTS, MAX_INPUTS = concurrency(SETTINGS)
 VOLUMES: dict[str | os.PathLike[str], modal.Volume] = {}
 if WEIGHTS == "volume":
