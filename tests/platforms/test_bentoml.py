@@ -75,6 +75,7 @@ def server(
         yield srv, seen
 
 
+@pytest.mark.slow
 def test_readyz_turns_ready_only_after_load_and_warm_up(server: tuple) -> None:
     srv, seen = server
     # Readiness only ever goes from not-ready to ready, and /ready (asked right after
@@ -98,6 +99,7 @@ def test_is_ready_is_false_before_the_engines_load() -> None:
     assert instance.__is_alive__() is True
 
 
+@pytest.mark.slow
 def test_embeddings_match_the_core(server: tuple, reference: dict) -> None:
     srv, _ = server
     with srv.client() as client:
@@ -112,6 +114,7 @@ def test_embeddings_match_the_core(server: tuple, reference: dict) -> None:
     assert body["model"] == "minilm" and body["usage"]["prompt_tokens"] > 0
 
 
+@pytest.mark.slow
 def test_rerank_matches_the_core(server: tuple, reference: dict) -> None:
     srv, _ = server
     with srv.client() as client:

@@ -136,6 +136,7 @@ def modal_env(two_models: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> No
         monkeypatch.setenv(name, value)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("modal_env")
 def test_local_methods_run_enter_hooks_and_match_the_core(reference: dict) -> None:
     from platforms.modal.app import Ember
@@ -166,6 +167,7 @@ def _check_methods(ember: object, reference: dict) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("modal_env")
 def test_asgi_app_serves_the_core_routes(reference: dict) -> None:
     """The class's web endpoint, with its lifespan, from another event loop (as Modal's
