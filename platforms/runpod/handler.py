@@ -31,15 +31,16 @@ import atexit
 import logging
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 import runpod
 
 from ember.config import ServerSettings
 from ember.engine.engine import EngineArray
-from ember.errors import EmberError
+from ember.errors import BadRequest, EmberError
 from ember.logs import configure_logging
+from ember.models.spec import ModelSpec
 from ember.platform import build_engines, dispatch_invocation, dispatch_route, settings_from_env
 
 log = logging.getLogger("ember.runpod")
@@ -79,7 +80,7 @@ class EngineThread:
             self._thread.join(timeout=10)
 
 
-def default_concurrency(engines: EngineArray) -> int:
+def default_concurrency(specs: Sequence[ModelSpec]) -> int:
     """Jobs per worker such that a full set of them fits the smallest engine queue.
 
     A job of up to ``max_batch_size`` texts occupies at most one batch, so
@@ -87,21 +88,18 @@ def default_concurrency(engines: EngineArray) -> int:
     429 (which would fail a job RunPod already handed us); more concurrency than that
     only moves queueing from RunPod, where another worker could take the job, into ours.
     """
-    sizes = [e.spec.max_queue_size // max(1, e.spec.max_batch_size) for e in engines]
+    sizes = [spec.max_queue_size // max(1, spec.max_batch_size) for spec in specs]
     return max(1, min(sizes, default=1))
 
 
-def concurrency_from_env(engines: EngineArray) -> int:
+def concurrency_from_env(specs: Sequence[ModelSpec]) -> int:
+    """``EMBER_RUNPOD_CONCURRENCY`` or the default; checked before any model is loaded."""
     raw = os.environ.get(CONCURRENCY_ENV, "").strip()
     if not raw:
-        return default_concurrency(engines)
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SystemExit(f"{CONCURRENCY_ENV} must be a positive integer, got {raw!r}") from None
-    if value < 1:
+        return default_concurrency(specs)
+    if not raw.isdigit() or int(raw) < 1:
         raise SystemExit(f"{CONCURRENCY_ENV} must be a positive integer, got {raw!r}")
-    return value
+    return int(raw)
 
 
 def _error(message: str) -> dict[str, str]:
@@ -113,14 +111,19 @@ async def _dispatch(engines: EngineArray, job_input: dict[str, Any], limit: int)
     if "openai_route" in job_input:
         route = job_input["openai_route"]
         if not isinstance(route, str):
-            raise EmberError("`openai_route` must be a path such as '/v1/embeddings'")
+            raise BadRequest("`openai_route` must be a path such as '/v1/embeddings'")
         payload = job_input.get("openai_input") or {}
         return await dispatch_route(engines, route, payload, max_client_batch_size=limit)
     return await dispatch_invocation(engines, job_input, max_client_batch_size=limit)
 
 
 def make_handler(worker: EngineThread) -> Any:
-    """The RunPod handler bound to started engines (a factory so tests can reuse it)."""
+    """The RunPod handler over started engines.
+
+    A job RunPod stops (cancel, timeout) cancels the awaiting task here, and
+    ``run_coroutine_threadsafe`` carries that cancellation to the engines' loop, so the
+    job's texts leave the batch queue instead of being computed for nobody.
+    """
     limit = worker.settings.max_client_batch_size
 
     async def handler(job: dict[str, Any]) -> Any:
@@ -144,10 +147,10 @@ def make_handler(worker: EngineThread) -> Any:
 # Built at import: the worker is warm before RunPod hands it the first job.
 SETTINGS = settings_from_env()
 configure_logging(SETTINGS.log_level, SETTINGS.json_logs)
+CONCURRENCY = concurrency_from_env(SETTINGS.model_specs())
 WORKER = EngineThread(SETTINGS)
 atexit.register(WORKER.close)  # after RunPod's loop returns on SIGTERM
 handler = make_handler(WORKER)
-CONCURRENCY = concurrency_from_env(WORKER.engines)
 log.info("ember runpod worker ready: models=%s concurrency=%d", WORKER.engines.names, CONCURRENCY)
 
 if __name__ == "__main__":

@@ -268,7 +268,10 @@ def cmd_deploy(args: argparse.Namespace, clients: Clients) -> dict[str, Any]:
     if args.hf_model_id:
         env["HF_MODEL_ID"] = args.hf_model_id
     if not (args.model_dir or args.model_data or args.hf_model_id):
-        _log("no --model-dir/--model-data/--hf-model-id: the image's baked-in default is served")
+        _log(
+            "no --model-dir/--model-data/--hf-model-id: the image's default model is served "
+            "(Dockerfile.cuda: the packaged all-MiniLM-L6-v2; the Neuron image has none)"
+        )
     suffix = stamp()
     model_data = _model_data(args, clients, suffix)
     model_name, config_name = create_model_and_config(

@@ -211,3 +211,17 @@ def test_worker_mode_takes_concurrent_jobs_from_the_queue(
         assert max_abs_diff(out["data"][0]["embedding"], reference["embed"][i % 2]) < 1e-5
     bad = queue.results["job-bad"]
     assert "output" not in bad and bad["error"].startswith("422 invalid_request_error"), bad
+
+
+def test_bad_concurrency_setting_stops_the_worker_before_loading(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [PYTHON, str(HANDLER)],
+        cwd=tmp_path,
+        env=child_env({"EMBER_RUNPOD_CONCURRENCY": "0"}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "EMBER_RUNPOD_CONCURRENCY must be a positive integer, got '0'" in proc.stderr
+    assert "ready:" not in proc.stderr  # no model was loaded
