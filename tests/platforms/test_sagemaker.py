@@ -223,6 +223,21 @@ def test_model_choice_order(tmp_path: Path) -> None:
     assert serve.model_overrides({dir_env: str(tmp_path / "missing")}) == {}
 
 
+async def test_ping_is_503_until_models_are_loaded(minilm_path: Path) -> None:
+    """Before the engines have started (no lifespan has run), /ping must not say 200."""
+    settings = serve.load_settings({"EMBER_MODEL_ID": str(minilm_path)})
+    assert settings.port == 8080  # SageMaker's port when SAGEMAKER_BIND_TO_PORT is unset
+    app = serve.build_app(settings)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://sm") as client:
+        ping = await client.get("/ping")
+        assert ping.status_code == 503
+        assert ping.json()["error"]["type"] == "service_unavailable"
+        # /invocations is routed, not 404, even while loading
+        resp = await client.post("/invocations", content=b"x", headers={"Content-Type": "a/b"})
+        assert resp.status_code == 415
+
+
 def test_serve_requires_the_serve_argument(capsys: pytest.CaptureFixture[str]) -> None:
     assert serve.main(["train"]) == 2
     assert "serve" in capsys.readouterr().err
