@@ -7,6 +7,9 @@ through the same operations the HTTP routes use.
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -18,15 +21,23 @@ from ember.api.app import ROUTES, ModelRoute, create_app
 from ember.api.errors import validation_message
 from ember.config import ServerSettings, settings_from_env
 from ember.engine.engine import EngineArray
-from ember.errors import BadRequest, EmberError, NotFound
+from ember.engine.loop import EngineLoop
+from ember.errors import BadRequest, ConfigError, EmberError, NotFound
+from ember.models.resolve import resolve_model
+from ember.models.spec import ResolvedModel
 
 __all__ = [
+    "EngineLoop",
     "ServerSettings",
     "build_engines",
+    "concurrency_limits",
     "create_app",
     "dispatch_invocation",
     "dispatch_route",
+    "env_int",
     "invocation_route",
+    "prefetch",
+    "read_pins",
     "settings_from_env",
 ]
 
@@ -104,3 +115,58 @@ async def dispatch_invocation(
 # Re-exported so adapters can type against them without reaching into submodules.
 EmbeddingsRequest = s.EmbeddingsRequest
 RerankRequest = s.RerankRequest
+
+
+def env_int(name: str, default: int | None) -> int | None:
+    """An integer platform knob from the environment; empty or unset means the default."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def concurrency_limits(settings: ServerSettings, prefix: str) -> tuple[int, int]:
+    """(target, max) concurrent requests per replica, sized to the batcher.
+
+    A batch fills from concurrent requests, so a platform should route about one full
+    batch of requests (the largest ``max_batch_size``) to each replica (target); bursts
+    may reach four batches (max), past which it is better to start another replica than
+    to queue behind a busy accelerator. ``<prefix>_TARGET_INPUTS`` / ``<prefix>_MAX_INPUTS``
+    override.
+    """
+    batch = max(spec.max_batch_size for spec in settings.model_specs())
+    target = env_int(f"{prefix}_TARGET_INPUTS", None) or batch
+    most = env_int(f"{prefix}_MAX_INPUTS", None) or max(target, 4 * batch)
+    return target, most
+
+
+def prefetch(settings: ServerSettings | None = None) -> list[ResolvedModel]:
+    """Download (or find) every configured model: image build steps bake weights with it,
+    through the same resolution code serving uses."""
+    resolved = [resolve_model(spec) for spec in (settings or settings_from_env()).model_specs()]
+    for model in resolved:
+        print(f"prefetched {model.served_name} ({model.task}) at {model.path}")
+    return resolved
+
+
+def read_pins(section: str, path: Path) -> list[str]:
+    """The pins under the ``# <section>`` header of platforms/constraints.txt.
+
+    One file pins every platform's image so a version is bumped in one place; each
+    platform installs only its own section. A header is a comment holding one word; the
+    section runs to the next header.
+    """
+    pins: list[str] = []
+    current = None
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if header := re.fullmatch(r"#\s*([A-Za-z0-9_-]+)", line):
+            current = header.group(1).lower()
+        elif line and not line.startswith("#") and current == section:
+            pins.append(line)
+    if not pins:
+        raise ConfigError(f"no pins under '# {section}' in {path}")
+    return pins

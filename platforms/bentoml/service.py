@@ -23,7 +23,6 @@ EMBER_BENTOML_CONCURRENCY       (derived)    per-replica concurrency BentoCloud 
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from prometheus_client import generate_latest
 
 from ember.api.app import create_app
 from ember.engine import EngineArray
-from ember.platform import settings_from_env
+from ember.platform import concurrency_limits, env_int, read_pins, settings_from_env
 
 # Pinned by full tag, the same CUDA userland as platforms/modal/app.py, whose CUDA major
 # matches the pinned torch wheel's (torch 2.13.0: CUDA 13.0). To bump it, change both with
@@ -44,30 +43,9 @@ CONSTRAINTS = Path(__file__).resolve().parents[1] / "constraints.txt"
 BAKED_HF_HOME = "/home/bentoml/.cache/huggingface"  # the serving user's default HF cache
 
 
-def env_int(name: str, default: int | None) -> int | None:
-    """An ``EMBER_BENTOML_*`` integer; empty or unset means the default."""
-    raw = os.environ.get(name, "").strip()
-    return int(raw) if raw else default
-
-
-def constraint_pins(section: str, path: Path = CONSTRAINTS) -> list[str]:
-    """The pins under the ``# <section>`` header of platforms/constraints.txt.
-
-    One file pins every platform's image so a version is bumped in one place; each
-    platform installs only its own section. A header is a comment holding one word;
-    the section runs to the next header.
-    """
-    pins: list[str] = []
-    current = None
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if header := re.fullmatch(r"#\s*([A-Za-z0-9_-]+)", line):
-            current = header.group(1).lower()
-        elif line and not line.startswith("#") and current == section:
-            pins.append(line)
-    if not pins:
-        raise RuntimeError(f"no pins under '# {section}' in {path}")
-    return pins
+def constraint_pins(section: str) -> list[str]:
+    """This platform's pins from the one constraints file (read by the core's parser)."""
+    return read_pins(section, CONSTRAINTS)
 
 
 # Resolves once, here, in the process that serves: the engines are created (cheap, nothing
@@ -76,16 +54,12 @@ SETTINGS = settings_from_env()
 ENGINES = EngineArray.from_settings(SETTINGS)
 HTTP = create_app(SETTINGS, ENGINES)
 
-BATCH = max(spec.max_batch_size for spec in SETTINGS.model_specs())
+TARGET_INPUTS, MAX_INPUTS = concurrency_limits(SETTINGS, "EMBER_BENTOML")
 GPUS = env_int("EMBER_BENTOML_GPUS", 1) or 0
 
 # The image build runs this to put every configured model's files into the image (the
 # same resolve_model serving uses), so containers start without reaching the hub.
-BAKE = (
-    "from ember.platform import settings_from_env; "
-    "from ember.models.resolve import resolve_model; "
-    "[print('baked', resolve_model(s).path) for s in settings_from_env().model_specs()]"
-)
+BAKE = "from ember.platform import prefetch; prefetch()"
 
 IMAGE = (
     bentoml.images.Image(
@@ -122,8 +96,8 @@ if GPUS:
     workers=1,  # one process owns the GPU; the batcher gives it parallelism
     traffic={
         "timeout": SETTINGS.request_timeout + 30,
-        "max_concurrency": env_int("EMBER_BENTOML_MAX_CONCURRENCY", None) or 4 * BATCH,
-        "concurrency": env_int("EMBER_BENTOML_CONCURRENCY", None) or BATCH,
+        "max_concurrency": MAX_INPUTS,
+        "concurrency": TARGET_INPUTS,
     },
 )
 @bentoml.asgi_app(HTTP, path="/")

@@ -33,25 +33,23 @@ Every other ``EMBER_*`` variable set when deploying (``EMBER_MODEL_ID``, ``EMBER
 
 from __future__ import annotations
 
-import asyncio
 import os
-import re
-import threading
-from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import modal
 
-from ember.platform import build_engines, dispatch_invocation, settings_from_env
-
-T = TypeVar("T")
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from ember.engine.loop import ASGIApp
+from ember.platform import (
+    EngineLoop,
+    build_engines,
+    concurrency_limits,
+    dispatch_invocation,
+    env_int,
+    prefetch,
+    read_pins,
+    settings_from_env,
+)
 
 # ---- the image ---------------------------------------------------------------------------
 # Pinned by full tag so a rebuild months from now gets the same CUDA userland. The CUDA
@@ -66,44 +64,9 @@ HF_HOME = "/models/hf"  # weights baked into the image live here
 HF_VOLUME_PATH = "/cache/hf"  # ... or here, when a Volume holds them
 
 
-def env_int(name: str, default: int | None) -> int | None:
-    """An ``EMBER_MODAL_*`` integer; empty or unset means the default."""
-    raw = os.environ.get(name, "").strip()
-    return int(raw) if raw else default
-
-
-def constraint_pins(section: str, path: Path = CONSTRAINTS) -> list[str]:
-    """The pins under the ``# <section>`` header of platforms/constraints.txt.
-
-    One file pins every platform's image so a version is bumped in one place; each
-    platform installs only its own section. A header is a comment holding one word;
-    the section runs to the next header.
-    """
-    pins: list[str] = []
-    current = None
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if header := re.fullmatch(r"#\s*([A-Za-z0-9_-]+)", line):
-            current = header.group(1).lower()
-        elif line and not line.startswith("#") and current == section:
-            pins.append(line)
-    if not pins:
-        raise RuntimeError(f"no pins under '# {section}' in {path}")
-    return pins
-
-
-def concurrency(settings: Any) -> tuple[int, int]:
-    """(target, max) concurrent inputs per container, sized to the batcher.
-
-    A batch fills from concurrent requests, so Modal should route about one full batch
-    of requests (the largest ``max_batch_size``) to each container (target); bursts may
-    reach four batches (max), beyond which Modal starts another container rather than
-    queueing behind a busy GPU.
-    """
-    batch = max(spec.max_batch_size for spec in settings.model_specs())
-    target = env_int("EMBER_MODAL_TARGET_INPUTS", None) or batch
-    most = env_int("EMBER_MODAL_MAX_INPUTS", None) or max(target, 4 * batch)
-    return target, most
+def constraint_pins(section: str) -> list[str]:
+    """This platform's pins from the one constraints file (read by the core's parser)."""
+    return read_pins(section, CONSTRAINTS)
 
 
 WEIGHTS = os.environ.get("EMBER_MODAL_WEIGHTS", "image").strip().lower()
@@ -117,19 +80,6 @@ CONTAINER_ENV: dict[str, str | None] = {
 CONTAINER_ENV["HF_HOME"] = HF_VOLUME_PATH if WEIGHTS == "volume" else HF_HOME
 
 
-def bake_weights() -> None:
-    """Image build step: fetch every configured model into the image's HF cache.
-
-    Runs ``resolve_model`` - the same code path serving uses - so what is baked is
-    exactly what the container will look for; afterwards the hub is switched off.
-    """
-    from ember.models.resolve import resolve_model
-
-    for spec in settings_from_env().model_specs():
-        resolved = resolve_model(spec)
-        print(f"baked {resolved.served_name} ({resolved.task}) from {resolved.path}")
-
-
 def build_image() -> modal.Image:
     image = modal.Image.from_registry(CUDA_IMAGE, add_python=PYTHON_VERSION)
     if modal.is_local():  # the pins file exists only where the app is deployed from
@@ -137,12 +87,12 @@ def build_image() -> modal.Image:
     image = image.env({"HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"})
     image = image.add_local_python_source("ember", copy=True)
     if WEIGHTS == "image":
-        image = image.run_function(bake_weights, env=CONTAINER_ENV).env({"HF_HUB_OFFLINE": "1"})
+        image = image.run_function(prefetch, env=CONTAINER_ENV).env({"HF_HUB_OFFLINE": "1"})
     return image
 
 
 SETTINGS = settings_from_env()  # a bad EMBER_* value fails `modal deploy`, not a container
-TARGET_INPUTS, MAX_INPUTS = concurrency(SETTINGS)
+TARGET_INPUTS, MAX_INPUTS = concurrency_limits(SETTINGS, "EMBER_MODAL")
 VOLUMES: dict[str | os.PathLike[str], modal.Volume] = {}
 if WEIGHTS == "volume":
     VOLUMES[HF_VOLUME_PATH] = modal.Volume.from_name(
@@ -150,64 +100,6 @@ if WEIGHTS == "volume":
     )
 
 app = modal.App(os.environ.get("EMBER_MODAL_APP_NAME", "ember"), image=build_image())
-
-
-# ---- one event loop for the engines ------------------------------------------------------
-class EngineLoop:
-    """A private event loop thread that owns the engines.
-
-    The core's batcher binds to the loop that started it. Modal calls sync methods on
-    worker threads and serves the ASGI app on its own loop, and ``.local()`` has no loop
-    at all, so the engines get one loop of their own and every caller submits to it.
-    """
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="ember")
-        self._thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Block the calling (non-loop) thread until ``coro`` finishes on the engine loop."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def asgi(self, inner: ASGIApp) -> ASGIApp:
-        """Serve ``inner`` on the engine loop to callers on any other loop."""
-        engine_loop = self.loop
-
-        async def bridged(scope: Scope, receive: Receive, send: Send) -> None:
-            caller = asyncio.get_running_loop()
-            if caller is engine_loop:
-                await inner(scope, receive, send)
-                return
-
-            def on_caller(coro: Coroutine[Any, Any, T]) -> Awaitable[T]:
-                return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, caller))
-
-            async def receive_here() -> Message:
-                return await on_caller(_call(receive))
-
-            async def send_here(message: Message) -> None:
-                await on_caller(_call(send, message))
-
-            done: Future[None] = asyncio.run_coroutine_threadsafe(
-                inner(scope, receive_here, send_here), engine_loop
-            )
-            try:
-                await asyncio.wrap_future(done)
-            except asyncio.CancelledError:
-                done.cancel()  # client went away: stop its work on the engine loop too
-                raise
-
-        return bridged
-
-    def close(self) -> None:
-        if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout=30)
-
-
-async def _call(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    return await fn(*args)
 
 
 # ---- the service -------------------------------------------------------------------------
@@ -236,10 +128,9 @@ class Ember:
         restored containers skip it.
         """
         import ember.backends.torch_backend  # noqa: F401  (the torch import is the cost)
-        from ember.models.resolve import resolve_model
 
         self.settings = settings_from_env()
-        self.resolved = [resolve_model(spec) for spec in self.settings.model_specs()]
+        self.resolved = prefetch(self.settings)
         if WEIGHTS == "volume" and not modal.is_local():
             for volume in VOLUMES.values():
                 volume.commit()  # later containers find the weights already downloaded

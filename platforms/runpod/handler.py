@@ -26,58 +26,23 @@ at once; by default it is sized to the engines' queue (see ``default_concurrency
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import logging
 import os
-import threading
-from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import runpod
 
-from ember.config import ServerSettings
-from ember.engine.engine import EngineArray
+from ember.engine import EngineArray, SyncEngineArray
 from ember.errors import BadRequest, EmberError
 from ember.logs import configure_logging
 from ember.models.spec import ModelSpec
-from ember.platform import build_engines, dispatch_invocation, dispatch_route, settings_from_env
+from ember.platform import dispatch_invocation, dispatch_route, settings_from_env
 
 log = logging.getLogger("ember.runpod")
-T = TypeVar("T")
 
 CONCURRENCY_ENV = "EMBER_RUNPOD_CONCURRENCY"
-
-
-class EngineThread:
-    """Engines started and kept on a private event loop in a daemon thread."""
-
-    def __init__(self, settings: ServerSettings) -> None:
-        self.settings = settings
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="ember-engines", daemon=True
-        )
-        self._thread.start()
-        # Blocks until every model is loaded and warmed; a failure raises here, at import,
-        # so the worker exits and RunPod reports it instead of failing every job later.
-        self.engines: EngineArray = asyncio.run_coroutine_threadsafe(
-            build_engines(settings), self._loop
-        ).result()
-
-    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the engines' loop; await it from whichever loop RunPod uses."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
-
-    def close(self) -> None:
-        """Stop the engines (frees device memory, ends batcher tasks) and the loop."""
-        if not self._loop.is_running():
-            return
-        try:
-            asyncio.run_coroutine_threadsafe(self.engines.stop(), self._loop).result(timeout=30)
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
 
 
 def default_concurrency(specs: Sequence[ModelSpec]) -> int:
@@ -117,11 +82,11 @@ async def _dispatch(engines: EngineArray, job_input: dict[str, Any], limit: int)
     return await dispatch_invocation(engines, job_input, max_client_batch_size=limit)
 
 
-def make_handler(worker: EngineThread) -> Any:
+def make_handler(worker: SyncEngineArray) -> Any:
     """The RunPod handler over started engines.
 
     A job RunPod stops (cancel, timeout) cancels the awaiting task here, and
-    ``run_coroutine_threadsafe`` carries that cancellation to the engines' loop, so the
+    the engine loop carries that cancellation to the engines, so the
     job's texts leave the batch queue instead of being computed for nobody.
     """
     limit = worker.settings.max_client_batch_size
@@ -134,7 +99,7 @@ def make_handler(worker: EngineThread) -> Any:
                 "or {'openai_route', 'openai_input'}"
             )
         try:
-            return await worker.run(_dispatch(worker.engines, job_input, limit))
+            return await worker.loop.run_async(_dispatch(worker.engines, job_input, limit))
         except EmberError as exc:
             return _error(f"{exc.status_code} {exc.type}: {exc.message}")
         except Exception as exc:  # a job must fail with a message, never crash the worker
@@ -148,7 +113,9 @@ def make_handler(worker: EngineThread) -> Any:
 SETTINGS = settings_from_env()
 configure_logging(SETTINGS.log_level, SETTINGS.json_logs)
 CONCURRENCY = concurrency_from_env(SETTINGS.model_specs())
-WORKER = EngineThread(SETTINGS)
+# Loads and warms every model on the core's engine loop (a daemon thread); a failure
+# raises here, at import, so the worker exits and RunPod reports it.
+WORKER = SyncEngineArray(SETTINGS)
 atexit.register(WORKER.close)  # after RunPod's loop returns on SIGTERM
 handler = make_handler(WORKER)
 log.info("ember runpod worker ready: models=%s concurrency=%d", WORKER.engines.names, CONCURRENCY)

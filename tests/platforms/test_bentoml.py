@@ -156,7 +156,7 @@ def test_bento_build_packs_the_pinned_image(tmp_path: Path) -> None:
     dockerfile = (bento / "env" / "docker" / "Dockerfile").read_text()
     assert f"FROM {CUDA_IMAGE} AS base-container" in dockerfile
     assert "ENV EMBER_MODEL_ID=$EMBER_MODEL_ID" in dockerfile  # config travels into the image
-    assert "resolve_model" in dockerfile  # weights baked at build
+    assert "prefetch" in dockerfile  # weights baked at build
     requirements = (bento / "env" / "python" / "requirements.txt").read_text().splitlines()
     assert set(constraint_pins("bentoml")) <= set(requirements)
     files = {

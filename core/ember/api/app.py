@@ -22,7 +22,7 @@ from ember.api import operations as ops
 from ember.api import schemas as s
 from ember.api.errors import error_response, install_error_handlers
 from ember.api.middleware import EdgeMiddleware
-from ember.config import ServerSettings, settings_from_env
+from ember.config import DEFAULT_MODEL_NAME, ServerSettings, settings_from_env
 from ember.engine.engine import EngineArray
 from ember.errors import EmberError, error_body
 
@@ -237,7 +237,9 @@ def create_app(
         if request.app.state.load_error is not None:
             return _load_failed(request)
         if not engines.ready:
-            loading = [e.name or e.spec.model_id for e in engines if not e.ready]
+            loading = [
+                e.name or e.spec.model_id or DEFAULT_MODEL_NAME for e in engines if not e.ready
+            ]
             return error_response(
                 503, error_body(f"loading: {', '.join(loading)}", "service_unavailable", 503)
             )
@@ -247,13 +249,20 @@ def create_app(
     async def metrics() -> Response:
         return Response(generate_latest(engines.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    paths = {r.path for r in app.routes if hasattr(r, "path")}  # type: ignore[attr-defined]
+    def known_paths() -> set[str]:
+        """Route paths for metric labels, re-read when an adapter adds routes later."""
+        if len(app.routes) != known["count"]:
+            known["paths"] = {getattr(r, "path", "") for r in app.routes}
+            known["count"] = len(app.routes)
+        return known["paths"]  # type: ignore[return-value]
+
+    known: dict[str, object] = {"count": -1, "paths": set()}
     app.add_middleware(
         EdgeMiddleware,
         api_key=settings.api_key,
         payload_limit=settings.payload_limit,
         metrics=engines.metrics,
-        known_paths=lambda: paths,
+        known_paths=known_paths,
     )
     return app
 

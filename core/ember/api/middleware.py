@@ -19,10 +19,12 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+# SageMaker's /ping is a health probe too (its adapter mounts it on this app).
 OPEN_PATHS = frozenset(
     {
         "/health",
         "/ready",
+        "/ping",
         "/metrics",
         "/docs",
         "/redoc",

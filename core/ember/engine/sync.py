@@ -1,13 +1,11 @@
 """A blocking facade over the async engines, for plain scripts and notebooks.
 
-The engines run on an event loop in a daemon thread; each call is submitted there
+The engines run on an ``EngineLoop`` (a daemon thread); each call is submitted there
 and waited for, so a script with no event loop of its own can embed and rerank.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -15,6 +13,7 @@ import numpy as np
 
 from ember.config import ServerSettings, settings_from_env
 from ember.engine.engine import EngineArray
+from ember.engine.loop import EngineLoop
 
 T = TypeVar("T")
 
@@ -25,11 +24,7 @@ class SyncEngineArray:
     def __init__(self, settings: ServerSettings | None = None, **options: Any) -> None:
         self.settings = settings or settings_from_env(**options)
         self.engines = EngineArray(self.settings.model_specs())
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, daemon=True, name="ember-loop"
-        )
-        self._thread.start()
+        self.loop = EngineLoop()
         try:
             self._call(self.engines.start())
         except BaseException:
@@ -37,7 +32,7 @@ class SyncEngineArray:
             raise
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return self.loop.run(coro)
 
     @property
     def models(self) -> list[str]:
@@ -71,11 +66,10 @@ class SyncEngineArray:
         return labels
 
     def close(self) -> None:
-        if self._loop.is_running():
+        if self.loop.loop.is_running():
             if self.engines.started:
                 self._call(self.engines.stop())
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
+            self.loop.close()
 
     def __enter__(self) -> SyncEngineArray:
         return self

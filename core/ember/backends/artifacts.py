@@ -1,0 +1,152 @@
+"""Where converted model artifacts (ONNX graphs, CTranslate2 dirs) are cached, and their keys.
+
+Exporting or converting a model takes seconds to minutes, so backends do it once at
+first load and keep the result under ``<cache root>/<backend>/<name>-<key>``. The key
+hashes everything that changes the artifact: the source files' identity, the converter
+versions and the backend's options (dtype, optimisation level, ...). A changed input
+gives a new directory instead of a stale hit; old entries are left for the user to
+delete. Entries are built in a sibling temp dir and renamed into place when complete,
+so a crash or two processes loading at once never leave a half-written artifact that
+later loads would trust.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from ember.models.spec import ResolvedModel
+
+log = logging.getLogger(__name__)
+
+MANIFEST_NAME = "ember_artifact.json"
+# Files whose *content* is hashed; the (possibly large) weights are keyed by size + mtime.
+_SMALL_SUFFIXES = {".json", ".txt", ".model"}
+_SMALL_LIMIT = 4 * 1024 * 1024
+
+
+def cache_root(model: ResolvedModel | None = None) -> Path:
+    """``spec.cache_dir``, else ``$EMBER_CACHE_DIR``, else ``$XDG_CACHE_HOME/ember`` or ~/.cache."""
+    if model is not None and model.spec.cache_dir is not None:
+        return Path(model.spec.cache_dir).expanduser()
+    env = os.environ.get("EMBER_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "ember"
+
+
+def package_versions(names: Iterable[str]) -> dict[str, str]:
+    """Installed versions of the converters: a new exporter may produce a different graph."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def source_fingerprint(path: Path) -> dict[str, str]:
+    """Identity of a model directory: content hash of small files, size+mtime of weights.
+
+    Hashing multi-GB weights on every start would cost more than it saves; size plus
+    nanosecond mtime changes whenever the file is rewritten or re-downloaded.
+    """
+    files: dict[str, str] = {}
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        rel = file.relative_to(path).as_posix()
+        if rel.startswith(".") or "/." in rel:
+            continue
+        stat = file.stat()
+        if file.suffix in _SMALL_SUFFIXES and stat.st_size <= _SMALL_LIMIT:
+            files[rel] = "sha256:" + hashlib.sha256(file.read_bytes()).hexdigest()
+        else:
+            files[rel] = f"size:{stat.st_size}:mtime:{stat.st_mtime_ns}"
+    return files
+
+
+def artifact_key(model: ResolvedModel, backend: str, options: Mapping[str, Any]) -> str:
+    """A short stable hash of source identity + backend + options (options must be JSON)."""
+    payload = {
+        "backend": backend,
+        "task": model.task,
+        "options": dict(options),
+        "source": source_fingerprint(model.path),
+    }
+    blob = json.dumps(payload, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:20]
+
+
+def artifact_dir(model: ResolvedModel, backend: str, options: Mapping[str, Any]) -> Path:
+    """The cache directory this model + options maps to (it may not exist yet)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", model.served_name).strip("_.") or "model"
+    return cache_root(model) / backend / f"{name[-60:]}-{artifact_key(model, backend, options)}"
+
+
+def read_manifest(directory: Path) -> dict[str, Any] | None:
+    """The manifest of a complete artifact, or None if absent/unreadable (=> rebuild)."""
+    try:
+        return json.loads((directory / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def write_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
+    (directory / MANIFEST_NAME).write_text(
+        json.dumps(dict(manifest), indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8"
+    )
+
+
+@contextlib.contextmanager
+def staging(final: Path) -> Iterator[Path]:
+    """Yield a temp dir next to ``final``; on success move it to ``final`` atomically.
+
+    If another process published ``final`` first, its copy wins and ours is dropped,
+    so concurrent first loads are safe. On error the temp dir is removed.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        yield tmp
+        if final.exists() and read_manifest(final) is None:
+            shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if read_manifest(final) is None:
+                raise
+            log.info("artifact %s was published by another process; using it", final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def copy_model_files(src: Path, dst: Path, exclude: Iterable[str] = ()) -> None:
+    """Copy config/tokenizer/sentence-transformers files (not weights) next to an export.
+
+    An exported directory then resolves on its own (``--model-id DIR``): pooling,
+    normalisation, max length and the tokenizer come from the same files as the source.
+    """
+    skip = set(exclude)
+    weights = {".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot"}
+    for file in sorted(p for p in src.rglob("*") if p.is_file()):
+        rel = file.relative_to(src)
+        parts = rel.parts
+        if parts[0].startswith(".") or parts[0] in skip or file.suffix in weights:
+            continue
+        if file.name.endswith(".onnx_data") or file.name == MANIFEST_NAME:
+            continue
+        target = dst / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(file, target)
