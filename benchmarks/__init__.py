@@ -1,0 +1,1 @@
+"""Benchmark harness (corpus, load generator, runner); importable for the smoke test."""

@@ -1,0 +1,164 @@
+"""Smoke test of the benchmark harness: the corpus is deterministic and the load generator
+counts what it sent. The server here is a fake (fixed vectors): it tests the load
+generator, not any model."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from benchmarks import corpus, loadgen
+
+
+def test_corpus_is_deterministic_and_in_range() -> None:
+    first = corpus.make_corpus()
+    second = corpus.make_corpus()
+    assert first == second
+    assert len(first.sentences) == corpus.N_SENTENCES == 2048
+    lengths = [corpus.word_count(s) for s in first.sentences]
+    assert min(lengths) >= corpus.MIN_WORDS and max(lengths) <= corpus.MAX_WORDS
+    assert min(lengths) < 15 and max(lengths) > 100  # the whole range is used
+    assert len(set(first.sentences)) > 2000
+    assert len(first.rerank_docs) == corpus.RERANK_DOCS == 32
+    # A different seed gives a different corpus; a prefix of a smaller one is the same.
+    assert corpus.make_sentences(8, seed=1) != corpus.make_sentences(8, seed=2)
+    assert corpus.make_sentences(16)[:8] == corpus.make_sentences(8)
+
+
+def test_percentile_matches_numpy() -> None:
+    values = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0, 8.0]
+    for q in (0, 25, 50, 90, 99, 100):
+        assert loadgen.percentile(values, q) == pytest.approx(np.percentile(values, q))
+
+
+def test_only_loopback_targets() -> None:
+    loadgen.check_loopback("http://127.0.0.1:1")
+    loadgen.check_loopback("http://127.3.2.1:1")
+    loadgen.check_loopback("http://localhost:1")
+    loadgen.check_loopback("http://[::1]:1")
+    for url in ("http://10.0.0.1:80", "http://192.168.1.1", "http://example.com"):
+        with pytest.raises(ValueError):
+            loadgen.check_loopback(url)
+
+
+def _fake_app() -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> JSONResponse:
+        body = await request.json()
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        if "FAIL" in texts:
+            return JSONResponse({"error": {"message": "boom"}}, status_code=500)
+        await asyncio.sleep(0.002)
+        data = [
+            {"object": "embedding", "index": i, "embedding": [1.0, float(len(t)), 0.0, 0.5]}
+            for i, t in enumerate(texts)
+        ]
+        return JSONResponse({"object": "list", "data": data, "model": body.get("model")})
+
+    @app.post("/v1/rerank")
+    async def rerank(request: Request) -> JSONResponse:
+        body = await request.json()
+        results = [
+            {"index": i, "relevance_score": 1.0 / (i + 1)} for i in range(len(body["documents"]))
+        ]
+        return JSONResponse({"results": results})
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def fake_server() -> Iterator[str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = uvicorn.Config(_fake_app(), host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 10
+    while not server.started and time.time() < deadline:
+        time.sleep(0.02)
+    assert server.started
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=5)
+
+
+def test_load_generator_counts(fake_server: str) -> None:
+    texts = corpus.make_sentences(100)
+    tokens = [corpus.word_count(t) + 2 for t in texts]  # any per-text number will do
+    reqs = loadgen.embed_requests(texts, tokens, 32, path="/v1/embeddings", model="m")
+    assert [r.items for r in reqs] == [32, 32, 32, 4]
+    warm = loadgen.embed_requests(texts[:2], tokens[:2], 2, path="/v1/embeddings", model="m")
+    result = asyncio.run(loadgen.run_load(fake_server, reqs, name="a", concurrency=4, warmup=warm))
+    assert (result.planned, result.sent, result.ok, result.errors) == (4, 4, 4, 0)
+    assert result.items == 100 and result.tokens == sum(tokens)
+    assert len(result.latencies_ms) == 4 and not result.timed_out
+    assert result.items_per_s == pytest.approx(100 / result.wall_s)
+    summary = result.summary()
+    assert summary["p50_ms"] == pytest.approx(np.percentile(result.latencies_ms, 50), abs=0.01)
+    assert summary["p99_ms"] >= summary["p50_ms"] > 0
+
+
+def test_load_generator_errors_and_rerank(fake_server: str) -> None:
+    texts = ["ok one", "FAIL", "ok two", "FAIL", "ok three"]
+    reqs = loadgen.embed_requests(texts, [3] * 5, 1, path="/v1/embeddings", model="m")
+    result = asyncio.run(loadgen.run_load(fake_server, reqs, name="b", concurrency=2))
+    assert (result.ok, result.errors, result.items, result.tokens) == (3, 2, 3, 9)
+    assert result.error_samples[0].startswith("HTTP 500")
+
+    docs = ["d1", "d2", "d3"]
+    rr = loadgen.rerank_requests("q", docs, 12, 5, path="/v1/rerank", model="m")
+    result = asyncio.run(loadgen.run_load(fake_server, rr, name="d", concurrency=1))
+    assert (result.ok, result.errors, result.items, result.tokens) == (5, 0, 15, 60)
+
+    bad_path = loadgen.rerank_requests("q", docs, 12, 2, path="/nope", model="m")
+    result = asyncio.run(loadgen.run_load(fake_server, bad_path, name="d", concurrency=1))
+    assert (result.ok, result.errors) == (0, 2)
+
+
+def test_load_generator_time_bound(fake_server: str) -> None:
+    reqs = loadgen.embed_requests(["x"] * 5000, [3] * 5000, 1, path="/v1/embeddings", model="m")
+    t0 = time.perf_counter()
+    result = asyncio.run(
+        loadgen.run_load(fake_server, reqs, name="b", concurrency=4, time_limit_s=0.3)
+    )
+    assert time.perf_counter() - t0 < 3
+    assert result.timed_out and 0 < result.ok < 5000 and result.errors == 0
+
+
+def test_fetch_embeddings(fake_server: str) -> None:
+    vecs = asyncio.run(
+        loadgen.fetch_embeddings(fake_server, ["a", "bbb"], path="/v1/embeddings", model="m")
+    )
+    assert vecs == [[1.0, 1.0, 0.0, 0.5], [1.0, 3.0, 0.0, 0.5]]
+
+
+def test_merge_results_sums_slices(fake_server: str) -> None:
+    texts = corpus.make_sentences(64)
+    tokens = [5] * 64
+    flops = [2.0] * 64
+    halves = [
+        loadgen.embed_requests(
+            texts[i : i + 32], tokens[i : i + 32], 8, path="/v1/embeddings", model="m",
+            flops=flops[i : i + 32],
+        )
+        for i in (0, 32)
+    ]  # fmt: skip
+    parts = [asyncio.run(loadgen.run_load(fake_server, h, name="a", concurrency=2)) for h in halves]
+    merged = loadgen.merge_results(parts)
+    assert (merged.planned, merged.ok, merged.items, merged.tokens) == (8, 8, 64, 320)
+    assert merged.flops == pytest.approx(128.0)
+    assert merged.wall_s == pytest.approx(parts[0].wall_s + parts[1].wall_s)
+    assert sorted(merged.latencies_ms) == sorted(parts[0].latencies_ms + parts[1].latencies_ms)
