@@ -54,6 +54,13 @@ def configure_cpu_threads() -> None:
         pass
 
 
+def cpu_has_native_bf16() -> bool:
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 class TorchBackend:
     def __init__(self, model: ResolvedModel) -> None:
         from transformers import AutoModel, AutoModelForSequenceClassification
@@ -62,6 +69,11 @@ class TorchBackend:
         self.dtype = resolve_dtype(model.spec.dtype, self.device)
         if self.device == "cpu":
             configure_cpu_threads()
+            if self.dtype == torch.bfloat16 and not cpu_has_native_bf16():
+                log.warning(
+                    "bfloat16 on a CPU without AVX512-BF16/AMX is emulated and slower than "
+                    "float32; use --dtype float32, or --backend onnx/ct2 --dtype int8 for speed"
+                )
         auto = AutoModel if model.task == "embed" else AutoModelForSequenceClassification
         attention = self._attention(self.device, self.dtype)
         try:
