@@ -90,16 +90,15 @@ def artifact_key(model: ResolvedModel, backend: str, options: Mapping[str, Any])
 
 def artifact_dir(model: ResolvedModel, backend: str, options: Mapping[str, Any]) -> Path:
     """The cache directory this model + options maps to (it may not exist yet)."""
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", model.served_name).strip("_.") or "model"
-    return cache_root(model) / backend / f"{name[-60:]}-{artifact_key(model, backend, options)}"
+    tail = "_".join(model.served_name.rstrip("/").split("/")[-2:])  # org_name or dir_model
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", tail).strip("_.")[-60:] or "model"
+    return cache_root(model) / backend / f"{name}-{artifact_key(model, backend, options)}"
 
 
 def read_manifest(directory: Path) -> dict[str, Any] | None:
     """The manifest of a complete artifact, or None if absent/unreadable (=> rebuild)."""
-    try:
-        return json.loads((directory / MANIFEST_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    manifest = read_json(directory / MANIFEST_NAME)
+    return manifest if isinstance(manifest, dict) else None
 
 
 def write_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
@@ -132,12 +131,58 @@ def staging(final: Path) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def write_pooling_files(model: ResolvedModel, dst: Path) -> None:
+    """sentence-transformers files that pin the pooling an export was served with.
+
+    ``model.path`` is the transformer directory, which may not hold the source's
+    modules.json; and ``--pooling`` may have overridden it. Writing the resolved values
+    makes the exported directory resolve to exactly what was exported.
+    """
+    if model.task != "embed":
+        return
+    st = "sentence_transformers.models."
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": st + "Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": st + "Pooling"},
+    ]
+    if model.normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": st + "Normalize"})
+        (dst / "2_Normalize").mkdir(parents=True, exist_ok=True)
+    pooling = {
+        "word_embedding_dimension": model.hidden_size,
+        "pooling_mode_cls_token": model.pooling == "cls",
+        "pooling_mode_mean_tokens": model.pooling == "mean",
+        "pooling_mode_max_tokens": model.pooling == "max",
+        "pooling_mode_lasttoken": model.pooling == "last",
+        "pooling_mode_mean_sqrt_len_tokens": False,
+    }
+    (dst / "1_Pooling").mkdir(parents=True, exist_ok=True)
+    _write_json(dst / "modules.json", modules)
+    _write_json(dst / "1_Pooling" / "config.json", pooling)
+    st_config = dst / "sentence_bert_config.json"
+    current = read_json(st_config) or {"do_lower_case": False}
+    _write_json(st_config, {**current, "max_seq_length": model.max_length})
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+
+
 def copy_model_files(src: Path, dst: Path, exclude: Iterable[str] = ()) -> None:
     """Copy config/tokenizer/sentence-transformers files (not weights) next to an export.
 
     An exported directory then resolves on its own (``--model-id DIR``): pooling,
     normalisation, max length and the tokenizer come from the same files as the source.
     """
+    if src.resolve() == dst.resolve():
+        return
     skip = set(exclude)
     weights = {".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot"}
     for file in sorted(p for p in src.rglob("*") if p.is_file()):
