@@ -22,8 +22,10 @@ from ember.errors import ConfigError, MissingDependency  # noqa: E402
 from tests.fixtures import parity  # noqa: E402
 from tests.fixtures.tiny_models import (  # noqa: E402
     build_tiny_classifier,
+    build_tiny_distilbert_classifier,
     build_tiny_embedder,
     build_tiny_reranker,
+    build_tiny_roberta_classifier,
 )
 from tests.texts import mixed_texts  # noqa: E402
 
@@ -124,28 +126,7 @@ def test_classify_matches_transformers(tmp_path: Path, cache_dir: Path) -> None:
 
 def test_roberta_head_matches_transformers(tmp_path: Path, cache_dir: Path) -> None:
     """RoBERTa-style heads (dense + tanh + out_proj on <s>) are not CTranslate2's pooler."""
-    import torch
-    from transformers import RobertaConfig, RobertaForSequenceClassification
-
-    from tests.fixtures.tiny_models import TOKENIZER_FILES, _minilm_dir
-
-    torch.manual_seed(3)
-    config = RobertaConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=130,
-        type_vocab_size=1,
-        pad_token_id=1,  # as in real RoBERTa; CTranslate2's position offset assumes it
-        initializer_range=0.2,
-        num_labels=3,
-    )
-    src = tmp_path / "roberta"
-    RobertaForSequenceClassification(config).eval().save_pretrained(str(src))
-    for name in TOKENIZER_FILES:
-        (src / name).write_bytes((_minilm_dir() / name).read_bytes())
+    src = build_tiny_roberta_classifier(tmp_path / "roberta")
     model = parity.resolved(src, "ct2", cache_dir, dtype="float32")
     backend = ct2_backend.load(model)
     assert backend.kind == "dense_tanh"
@@ -158,6 +139,16 @@ def test_roberta_head_matches_transformers(tmp_path: Path, cache_dir: Path) -> N
     (src / "config.json").write_text(config)
     with pytest.raises(ConfigError, match="pad_token_id 0"):
         ct2_backend.load(parity.resolved(src, "ct2", cache_dir, dtype="float32"))
+
+
+def test_distilbert_head_matches_transformers(tmp_path: Path, cache_dir: Path) -> None:
+    """DistilBERT: no segment embeddings (token types not sent), pre_classifier + ReLU head."""
+    src = build_tiny_distilbert_classifier(tmp_path / "distil")
+    model = parity.resolved(src, "ct2", cache_dir, dtype="float32")
+    backend = ct2_backend.load(model)
+    assert backend.kind == "dense_relu" and not backend.token_types
+    out = parity.run_texts(backend, model, TEXTS)
+    np.testing.assert_allclose(out, parity.hf_logits(str(src), TEXTS), atol=1e-4)
 
 
 def test_pooling_comes_from_the_model(tmp_path: Path, cache_dir: Path) -> None:

@@ -25,8 +25,10 @@ from ember.errors import ConfigError, MissingDependency  # noqa: E402
 from tests.fixtures import parity  # noqa: E402
 from tests.fixtures.tiny_models import (  # noqa: E402
     build_tiny_classifier,
+    build_tiny_distilbert_classifier,
     build_tiny_embedder,
     build_tiny_reranker,
+    build_tiny_roberta_classifier,
 )
 from tests.texts import mixed_texts  # noqa: E402
 
@@ -177,6 +179,21 @@ def test_classify_matches_transformers(tmp_path: Path, cache_dir: Path) -> None:
     assert out.shape == (len(TEXTS), 3)
     np.testing.assert_allclose(out, ref, atol=1e-4)
     assert (out.argmax(1) == ref.argmax(1)).all()
+
+
+@pytest.mark.parametrize(
+    "builder", [build_tiny_roberta_classifier, build_tiny_distilbert_classifier]
+)
+def test_other_encoders_match_transformers(builder, tmp_path: Path, cache_dir: Path) -> None:
+    """RoBERTa (position offset, no pooler) and DistilBERT (no token_type_ids input)."""
+    src = builder(tmp_path / "model")
+    model = parity.resolved(src, "onnx", cache_dir)
+    backend = onnx_backend.load(model)
+    inputs = {i.name for i in backend.session.get_inputs()}
+    assert ("token_type_ids" in inputs) == (model.model_type != "distilbert")
+    out = parity.run_texts(backend, model, TEXTS)
+    ref = parity.hf_logits(str(src), TEXTS, max_length=model.max_length)
+    np.testing.assert_allclose(out, ref, atol=1e-4)
 
 
 def test_model_onnx_in_the_model_dir_is_used(tmp_path: Path, cache_dir: Path) -> None:
