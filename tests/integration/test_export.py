@@ -1,0 +1,55 @@
+"""`ember export` writes a directory that serves directly, with no conversion at start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ember.engine import SyncEngineArray
+from tests.support import REPO
+
+
+@pytest.mark.parametrize("backend", ["onnx", "ct2"])
+def test_export_then_serve_from_the_artifact(
+    backend: str, tmp_path: Path, minilm_path: Path
+) -> None:
+    out = tmp_path / "artifact"
+    done = subprocess.run(
+        [sys.executable, "-m", "ember", "export", "--backend", backend, "--output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"wrote {out}" in done.stdout
+    cache = tmp_path / "cache"
+    with SyncEngineArray(
+        model_id=str(out), backend=backend, cache_dir=str(cache), device="cpu"
+    ) as ember:
+        vectors = ember.embed(["exported artifacts serve the same vectors"])
+        info = ember.engines.get(None).backend.info
+    assert str(out) in info.details.get("artifact", "")  # loaded from the export itself
+    assert not cache.exists() or not any(cache.rglob("*"))  # nothing converted at start
+
+    from sentence_transformers import SentenceTransformer
+
+    ref = SentenceTransformer(str(minilm_path), device="cpu").encode(
+        ["exported artifacts serve the same vectors"]
+    )
+    assert float((vectors * ref).sum() / np.linalg.norm(ref)) >= 0.9999
+
+
+def test_export_needs_a_known_backend() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ember", "export", "--backend", "tensorflow", "--output", "/x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert done.returncode == 2 and "invalid choice" in done.stderr
