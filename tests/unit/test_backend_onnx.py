@@ -144,6 +144,23 @@ def test_cache_key_follows_the_source_files(tmp_path: Path, cache_dir: Path) -> 
     assert first.parent == cache_dir / "onnx"
 
 
+def test_staging_publishes_whole_artifacts_only(tmp_path: Path) -> None:
+    final = tmp_path / "cache" / "onnx" / "m-123"
+    with pytest.raises(RuntimeError), artifacts.staging(final) as tmp:
+        (tmp / "model.onnx").write_text("half")
+        raise RuntimeError("export failed")
+    assert not final.exists() and not list(final.parent.iterdir())  # nothing half-written
+    with artifacts.staging(final) as tmp:
+        (tmp / "model.onnx").write_text("first")
+        artifacts.write_manifest(tmp, {"backend": "onnx"})
+    assert (final / "model.onnx").read_text() == "first"
+    with artifacts.staging(final) as tmp:  # a concurrent loader finishing second
+        (tmp / "model.onnx").write_text("second")
+        artifacts.write_manifest(tmp, {"backend": "onnx"})
+    assert (final / "model.onnx").read_text() == "first"
+    assert [p.name for p in final.parent.iterdir()] == ["m-123"]
+
+
 def test_pooling_comes_from_the_model(tmp_path: Path, cache_dir: Path) -> None:
     src = build_tiny_embedder(tmp_path / "emb-cls", pooling="cls")
     model = parity.resolved(src, "onnx", cache_dir)
