@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,21 +39,56 @@ class ServerProcess:
         return httpx.Client(base_url=self.url, headers=self.headers, timeout=60, **kwargs)
 
 
+def child_env(
+    extra: Mapping[str, str] | None = None, *, drop_prefixes: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """This environment with the core importable and Hugging Face offline, plus extras.
+
+    ``drop_prefixes`` removes inherited settings (e.g. ``EMBER_``) so a child serves
+    exactly what the test names.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop_prefixes or ("\0",))}
+    paths = [str(REPO / "core"), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env.update(
+        PYTHONPATH=os.pathsep.join(paths),
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra or {})
+    return env
+
+
+def spawn(cmd: list[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen:
+    """Start ``cmd`` in its own process group (so ``stop_process`` ends all it forks)."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=dict(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def wait_ready(
     url: str,
     process: subprocess.Popen,
     log_path: Path,
     path: str = "/ready",
     timeout: float = 240.0,
+    accept: Callable[[int], bool] = lambda status: status == 200,
 ) -> None:
+    """Poll ``url + path`` until ``accept(status)``; fail early if the process exits."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()}")
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + path, timeout=2).status_code == 200:
+            if accept(httpx.get(url + path, timeout=2).status_code):
                 return
-        time.sleep(0.5)
+        time.sleep(0.25)
     raise TimeoutError(f"{url}{path} not ready after {timeout}s:\n{log_path.read_text()}")
 
 
@@ -88,15 +123,7 @@ def start_server(
         str(port),
         *args,
     ]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            cmd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
-            cwd=REPO,
-        )
+    process = spawn(cmd, child_env(env), log_path)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, process, log_path)

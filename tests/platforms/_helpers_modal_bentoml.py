@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from tests.support import free_port, stop_process
+from tests import support
+from tests.support import free_port, stop_process, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
 BENTOML = Path(sys.executable).with_name("bentoml")
@@ -44,26 +43,17 @@ def keyword_arguments(path: Path) -> set[str]:
 
 
 def child_env(extra: Mapping[str, str], home: Path) -> dict[str, str]:
-    """This environment without any EMBER_*/MODAL_* settings, plus the core on the path.
-
-    A clean EMBER_* slate makes the child serve exactly the models the test names; HOME
-    points at an empty directory so no Modal or BentoML config of the developer leaks in.
-    """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "MODAL_"))}
-    paths = [str(REPO / "core"), str(REPO)]
-    if os.environ.get("PYTHONPATH"):
-        paths.append(os.environ["PYTHONPATH"])
-    env.update(
-        PYTHONPATH=os.pathsep.join(paths),
-        HOME=str(home),
-        HF_HUB_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-        BENTOML_HOME=str(home / "bentoml"),
-        BENTOML_DO_NOT_TRACK="true",
-        PYTHONUNBUFFERED="1",
+    """No inherited EMBER_*/MODAL_* settings (the child serves exactly the models the test
+    names) and HOME in an empty directory, so no developer's Modal/BentoML config leaks in."""
+    return support.child_env(
+        {
+            "HOME": str(home),
+            "BENTOML_HOME": str(home / "bentoml"),
+            "BENTOML_DO_NOT_TRACK": "true",
+            **extra,
+        },
+        drop_prefixes=("EMBER_", "MODAL_"),
     )
-    env.update(extra)
-    return env
 
 
 @dataclass
@@ -96,29 +86,11 @@ def bentoml_serve(env: Mapping[str, str], log_path: Path) -> Iterator[BentoServe
         "--port",
         str(port),
     ]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            args,
-            cwd=REPO,
-            env=dict(env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process = support.spawn(args, env, log_path)
     server = BentoServer(f"http://127.0.0.1:{port}", process, log_path)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(
-                    f"bentoml serve exited with {process.returncode}:\n{server.log()}"
-                )
-            with contextlib.suppress(httpx.HTTPError):
-                httpx.get(server.url + "/livez", timeout=2)
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"bentoml serve did not answer in 120 s:\n{server.log()}")
-            time.sleep(0.25)
+        # Answering at all is enough: the test watches readiness change itself.
+        wait_ready(server.url, process, log_path, "/livez", 120, accept=lambda _: True)
         yield server
     finally:
         stop_process(process)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from tests.support import REPO, free_port, stop_process, wait_ready
+from tests.support import REPO, child_env, free_port, spawn, stop_process, wait_ready
 
 PYTHON = sys.executable
 __all__ = [
@@ -38,18 +37,6 @@ __all__ = [
     "max_abs_diff",
     "running",
 ]
-
-
-def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The test's environment with the core importable, Hugging Face offline, plus extras."""
-    env = dict(os.environ)
-    paths = [str(REPO / "core"), str(REPO)]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
-    env.update(extra or {})
-    return env
 
 
 @dataclass
@@ -73,15 +60,7 @@ def running(
     timeout: float = 240.0,
 ) -> Iterator[Running]:
     """Start ``cmd`` in its own process group; yield once ``ready_path`` answers 200."""
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            cmd,
-            cwd=REPO,
-            env=dict(env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process = spawn(cmd, env, log_path)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, process, log_path, path=ready_path, timeout=timeout)
