@@ -61,6 +61,9 @@ TMP = RESULTS / "tmp"  # gitignored: logs, exported models, caches
 HOST = "127.0.0.1"
 MODEL_NAME = "bench"
 COSINE_SAMPLE = 20
+# Infinity at its best here: torch with BetterTransformer needs the pinned venv, and the
+# ctranslate2 engine needs transformers>=4.56 (it passes `dtype=`), i.e. the unpinned one.
+DEFAULT_INFINITY = "torch,ctranslate2@.venv-infinity-latest"
 
 
 # --- servers --------------------------------------------------------------------------
@@ -79,6 +82,7 @@ class ServerDef:
     env: dict[str, str] = field(default_factory=dict)
     prepare: Callable[[Path], Path] | None = None  # model dir -> model dir to serve
     can_rerank: bool = True
+    venv: Path | None = None  # Infinity's venv, for the versions line
 
 
 def free_port() -> int:
@@ -141,7 +145,7 @@ def infinity_server(spec: str, default_venv: Path) -> ServerDef:
     prepare = export_onnx_for_infinity if engine == "optimum" else None
     return ServerDef(
         label, "infinity", argv, "/health", "/embeddings", "/rerank", env,
-        prepare=prepare, can_rerank=engine != "ctranslate2" and engine != "optimum",
+        prepare=prepare, can_rerank=engine not in ("ctranslate2", "optimum"), venv=venv,
     )  # fmt: skip
 
 
@@ -295,6 +299,81 @@ class RssSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class ForeignCpu:
+    """Cores' worth of CPU used by processes *not* started by this run, sampled each second.
+
+    Why: on a small shared host other work steals cores, and 2-thread OpenMP inference
+    slows down many-fold when one of its cores is taken; the report must say how busy the
+    host was so that numbers from a noisy run are not mistaken for clean ones.
+    """
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_s = interval_s
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def busy_seconds() -> float:
+        import psutil
+
+        t = psutil.cpu_times()
+        return float(t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0))
+
+    def _run(self) -> None:
+        import psutil
+
+        me = os.getpid()
+        cores = os.cpu_count() or 1
+
+        def ours() -> dict[int, float]:
+            out: dict[int, float] = {}
+            for proc in tree(me):
+                with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                    t = proc.cpu_times()
+                    out[proc.pid] = t.user + t.system
+            return out
+
+        total0, ours0, t0 = self.busy_seconds(), ours(), time.perf_counter()
+        while not self._stop.wait(self.interval_s):
+            total1, ours1, t1 = self.busy_seconds(), ours(), time.perf_counter()
+            # Per-pid deltas: a server that exits must not count as "foreign" CPU going away.
+            mine = sum(v - ours0.get(pid, 0.0) for pid, v in ours1.items())
+            foreign = ((total1 - total0) - mine) / (t1 - t0)
+            self.samples.append(min(float(cores), max(0.0, foreign)))
+            total0, ours0, t0 = total1, ours1, t1
+
+    def start(self) -> ForeignCpu:
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        xs = self.samples or [math.nan]
+        return {"mean_cores": round(sum(xs) / len(xs), 2), "max_cores": round(max(xs), 2)}
+
+
+def wait_until_quiet(max_wait_s: float, threshold_cores: float = 0.25) -> float:
+    """Wait (at most ``max_wait_s``) until other processes use < ``threshold_cores`` for
+    5 s in a row; returns the seconds waited."""
+    t0 = time.perf_counter()
+    quiet_since: float | None = None
+    watcher = ForeignCpu(0.5).start()
+    try:
+        while time.perf_counter() - t0 < max_wait_s:
+            time.sleep(0.5)
+            if watcher.samples and watcher.samples[-1] < threshold_cores:
+                quiet_since = quiet_since or time.perf_counter()
+                if time.perf_counter() - quiet_since >= 5.0:
+                    break
+            else:
+                quiet_since = None
+    finally:
+        watcher.stop()
+    return time.perf_counter() - t0
 
 
 def wait_ready(proc: subprocess.Popen[bytes], url: str, t0: float, timeout_s: float) -> float:
@@ -546,7 +625,7 @@ def run_session(
                 (tree_cpu_seconds(x.proc.pid) - cpu0[x.server.name]) / 3.0 * 100, 1
             )
         parts: dict[tuple[str, str], list[loadgen.LoadResult]] = {}
-        st_parts: list[tuple[int, float]] = []
+        st_parts: list[tuple[list[int], float, bool]] = []
         with RssSampler([x.proc.pid for x in up if x.proc]) as sampler:
             for k in range(bench.slices):
                 rotation = up[k % len(up) :] + up[: k % len(up)] if up else []
@@ -564,10 +643,7 @@ def run_session(
                         )  # fmt: skip
                         parts.setdefault((x.server.name, load), []).append(res)
                     if load == "a" and st_encoder is not None:
-                        lo, hi = slice_bounds(len(bench.corpus.sentences), bench.slices, k)
-                        t0 = time.perf_counter()
-                        st_encoder.encode(bench.corpus.sentences[lo:hi], batch_size=32)
-                        st_parts.append((hi - lo, time.perf_counter() - t0))
+                        st_parts.append(st_slice(st_encoder, bench, k))
             for x in up:
                 assert x.proc is not None
                 x.row["peak_rss_mib"] = round(sampler.peak[x.proc.pid] / 2**20, 1)
@@ -587,14 +663,33 @@ def run_session(
                 stop(x.proc)
 
 
-def st_row(bench: Bench, parts: list[tuple[int, float]]) -> dict[str, Any]:
+def st_slice(st: Any, bench: Bench, k: int) -> tuple[list[int], float, bool]:
+    """Encode slice ``k`` of the corpus with ``encode(batch_size=32)``, 128 sentences at a
+    time, stopping at the slice's time budget like the HTTP loads; (indices, wall, cut)."""
+    lo, hi = slice_bounds(len(bench.corpus.sentences), bench.slices, k)
+    budget = bench.time_limit_s / bench.slices
+    done: list[int] = []
+    t0 = time.perf_counter()
+    for i in range(lo, hi, 128):
+        if time.perf_counter() - t0 >= budget:
+            return done, time.perf_counter() - t0, True
+        j = min(hi, i + 128)
+        st.encode(bench.corpus.sentences[i:j], batch_size=32)
+        done.extend(range(i, j))
+    return done, time.perf_counter() - t0, False
+
+
+def st_row(bench: Bench, parts: list[tuple[list[int], float, bool]]) -> dict[str, Any]:
     """Row for plain sentence-transformers ``encode(batch_size=32)`` in this process."""
     import torch
 
-    n = sum(p[0] for p in parts)
+    idx = [i for p in parts for i in p[0]]
+    n = len(idx)
     wall = sum(p[1] for p in parts)
-    tok = sum(bench.tokens)  # encode() has no time limit: it always does the whole corpus
-    flops = sum(bench.sentence_flops())
+    tok = sum(bench.tokens[i] for i in idx)
+    every = bench.sentence_flops()
+    flops = sum(every[i] for i in idx)
+    cut = any(p[2] for p in parts)
     return {
         "server": "sentence-transformers (in-process)",
         "family": "st",
@@ -602,7 +697,8 @@ def st_row(bench: Bench, parts: list[tuple[int, float]]) -> dict[str, Any]:
         "cosine_min": 1.0,
         "loads": {
             "a": {"items_per_s": round(n / wall, 2), "tokens_per_s": round(tok / wall, 1),
-                  "wall_s": round(wall, 2), "ok": n, "errors": 0, "items": n, "flops": flops}
+                  "wall_s": round(wall, 2), "ok": n, "errors": 0, "items": n, "flops": flops,
+                  "timed_out": cut}
         },
     }  # fmt: skip
 
@@ -616,6 +712,11 @@ def _fmt(v: Any, digits: int = 0) -> str:
     if isinstance(v, float | int) and not isinstance(v, bool):
         return f"{v:,.{digits}f}"
     return str(v)
+
+
+def _rate(load: dict[str, Any]) -> str:
+    """Items/s, starred when the time limit cut the load short."""
+    return _fmt(load.get("items_per_s"), 0) + ("*" if load.get("timed_out") else "")
 
 
 def merge_rerank(rows: list[dict[str, Any]], rerank_rows: list[dict[str, Any]]) -> None:
@@ -672,8 +773,14 @@ def markdown(result: dict[str, Any]) -> str:
         f"# Ember vs Infinity on CPU — {m['date']}",
         "",
         f"- Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB RAM, no GPU; "
-        f"load average at start / end: {m['loadavg_start']} / {m['loadavg_end']} "
-        "(other work on the host shares these cores).",
+        f"load average at start / end: {m['loadavg_start']} / {m['loadavg_end']}; "
+        f"other processes used {m['foreign_cpu']['mean_cores']} cores on average "
+        f"(max {m['foreign_cpu']['max_cores']}) during the run"
+        + (
+            " — a noisy run: compare rows, not runs."
+            if m["foreign_cpu"]["mean_cores"] > 0.2
+            else "."
+        ),
         "- Model: all-MiniLM-L6-v2 (packaged), fp32 unless the server name says otherwise.",
         f"- Corpus: {cs['sentences']} sentences ({cs['words_min']}-{cs['words_max']} words), "
         f"{cs.get('tokens_total')} MiniLM tokens (mean {cs.get('tokens_mean')}/sentence).",
@@ -697,14 +804,14 @@ def markdown(result: dict[str, Any]) -> str:
         errors = sum(x.get("errors", 0) for x in (a, b, c, d))
         vs = r.get("vs_infinity_best", {})
         ratio = " / ".join(_fmt(vs.get(k), 2) for k in ("a", "b", "c_p50", "d"))
-        d_cell = _fmt(d.get("items_per_s"), 0) if d else "–"
+        d_cell = _rate(d) if d else "–"
         if not d and r.get("rerank_error"):
             d_cell = "err: " + str(r["rerank_error"]).replace("|", "/")[:70]
         out.append(
             "| " + " | ".join([
                 r["server"], _fmt(r.get("cold_start_s"), 1), _fmt(r.get("idle_rss_mib"), 0),
-                _fmt(r.get("peak_rss_mib"), 0), _fmt(a.get("items_per_s"), 0),
-                _fmt(a.get("tokens_per_s"), 0), _fmt(b.get("items_per_s"), 0),
+                _fmt(r.get("peak_rss_mib"), 0), _rate(a),
+                _fmt(a.get("tokens_per_s"), 0), _rate(b),
                 _fmt(c.get("p50_ms"), 1), _fmt(c.get("p99_ms"), 1), d_cell,
                 _fmt(d.get("p50_ms"), 0) if d else "–", str(errors),
                 _fmt(r.get("cosine_min"), 5), ratio, _fmt(r.get("gemm_fraction_a"), 3),
@@ -716,7 +823,8 @@ def markdown(result: dict[str, Any]) -> str:
         + "; ".join(f"({k}) {v.description}" for k, v in loadgen.STANDARD_LOADS.items())
         + f". (c) = {m['latency_requests']} requests, (d) = {m['rerank_requests']} requests. "
         f"Each load is cut into {m['slices']} slices and the servers take turns per slice; at "
-        f"most {m['time_limit_s']:.0f} s per load and server. Warm-up requests are excluded; "
+        f"most {m['time_limit_s']:.0f} s per load and server (* = cut short by that limit: "
+        "the rate is over the requests that ran). Warm-up requests are excluded; "
         "throughput counts successful requests only; errors = failed requests of all loads.",
         "- Cold start: process start to first 200 from the readiness route (Ember `/ready`, "
         "Infinity `/health`), model load and the server's own warm-up included, measured "
@@ -750,7 +858,7 @@ def loadavg() -> str:
     return "?"
 
 
-def versions(infinity_venv: Path) -> str:
+def versions(infinity_venvs: Sequence[Path]) -> str:
     """Library versions of both sides, read from their installed metadata."""
     from importlib.metadata import PackageNotFoundError, version
 
@@ -758,14 +866,21 @@ def versions(infinity_venv: Path) -> str:
     for pkg in ("torch", "transformers", "sentence-transformers", "onnxruntime", "ctranslate2"):
         with contextlib.suppress(PackageNotFoundError):
             ours.append(f"{pkg} {version(pkg)}")
-    theirs = []
-    site = sorted((infinity_venv / "lib").glob("python*/site-packages"))
-    if site:
-        for pkg in ("infinity_emb", "torch", "transformers", "optimum", "sentence_transformers"):
-            dist = sorted(site[0].glob(f"{pkg}-*.dist-info"))
-            if dist:
-                theirs.append(dist[0].name.removesuffix(".dist-info").replace("-", " ", 1))
-    return f"Ember venv: {', '.join(ours)}; Infinity venv: {', '.join(theirs) or 'missing'}"
+    text = f"Ember venv: {', '.join(ours)}"
+    for venv in dict.fromkeys(infinity_venvs):
+        theirs = []
+        for site in sorted((venv / "lib").glob("python*/site-packages"))[:1]:
+            for pkg in (
+                "infinity_emb",
+                "torch",
+                "transformers",
+                "optimum",
+                "sentence_transformers",
+            ):
+                for dist in sorted(site.glob(f"{pkg}-*.dist-info"))[:1]:
+                    theirs.append(dist.name.removesuffix(".dist-info").replace("-", " ", 1))
+        text += f"; {venv.name}: {', '.join(theirs) or 'missing'}"
+    return text
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -774,7 +889,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ember", default="torch:float32",
                    help="comma list of backend:dtype, e.g. torch:float32,onnx:int8,ct2:int8; "
                         "'' for none")  # fmt: skip
-    p.add_argument("--infinity-engines", default="torch,ctranslate2",
+    p.add_argument("--infinity-engines", default=DEFAULT_INFINITY,
                    help="comma list of torch,ctranslate2,optimum (engine@venv for another "
                         "Infinity venv); '' for none")  # fmt: skip
     p.add_argument("--infinity-venv", type=Path, default=REPO / "benchmarks" / ".venv-infinity")
@@ -783,17 +898,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slices", type=int, default=4, help="interleaving granularity per load")
     p.add_argument("--quick", action="store_true", help="small corpus: a smoke run")
     p.add_argument("--sentences", type=int, default=None, help="corpus size (default 2048)")
-    p.add_argument("--time-limit", type=float, default=100.0,
+    p.add_argument("--time-limit", type=float, default=50.0,
                    help="seconds per load and server at most (split over the slices)")  # fmt: skip
     p.add_argument("--start-timeout", type=float, default=300.0)
+    p.add_argument("--wait-quiet", type=float, default=0.0,
+                   help="first wait up to this many s for other processes to go idle")  # fmt: skip
     p.add_argument("--out", type=Path, default=None, help="markdown path (default results/)")
     return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    waited = wait_until_quiet(args.wait_quiet) if args.wait_quiet > 0 else 0.0
     t_start = time.perf_counter()
     load_start = loadavg()
+    foreign = ForeignCpu().start()
     if args.model is None:
         pkg = corpus_mod.default_tokenizer_path()
         if pkg is None:
@@ -851,6 +970,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 r.setdefault("rerank_error", "no rerank in this engine")
 
     gemm_end = matmul_peak_gflops(threads)
+    foreign_cpu = foreign.stop()
     peak = max(gemm_start, gemm_end)
     add_ratios(rows, peak)
     date = dt.date.today().isoformat()
@@ -861,7 +981,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "threads": threads, "gemm_peak_gflops": round(peak, 1),
             "gemm_start_gflops": round(gemm_start, 1), "gemm_end_gflops": round(gemm_end, 1),
             "loadavg_start": load_start, "loadavg_end": loadavg(),
-            "versions": versions(args.infinity_venv),
+            "foreign_cpu": foreign_cpu, "waited_for_quiet_s": round(waited, 1),
+            "versions": versions([s.venv for s in servers if s.venv is not None]),
             "corpus": corpus_mod.stats(corpus, tokenizer), "model": str(model),
             "params_non_embedding": bench.shape.params_non_embedding,
             "latency_requests": bench.latency_requests, "rerank_requests": bench.rerank_requests,

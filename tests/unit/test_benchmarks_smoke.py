@@ -162,3 +162,14 @@ def test_merge_results_sums_slices(fake_server: str) -> None:
     assert merged.flops == pytest.approx(128.0)
     assert merged.wall_s == pytest.approx(parts[0].wall_s + parts[1].wall_s)
     assert sorted(merged.latencies_ms) == sorted(parts[0].latencies_ms + parts[1].latencies_ms)
+
+
+def test_runner_slices_and_flops() -> None:
+    from benchmarks import run
+
+    for n, parts in ((2048, 4), (64, 4), (7, 3), (5, 8)):
+        bounds = [run.slice_bounds(n, parts, k) for k in range(parts)]
+        assert bounds[0][0] == 0 and bounds[-1][1] == n
+        assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+    shape = run.ModelShape(params_non_embedding=1000, n_layers=2, d_model=8)
+    assert shape.flops(10) == 2 * 1000 * 10 + 4 * 2 * 8 * 10 * 10
