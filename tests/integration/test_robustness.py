@@ -59,7 +59,10 @@ def _engines(minilm_path: Path, delay: float, **options: str) -> tuple[EngineArr
         made.append(InstrumentedBackend(model, delay))
         return made[-1]
 
-    settings = settings_from_env(model_id=str(minilm_path), device="cpu", **options)
+    # One forward worker: "queued behind a busy backend" is then deterministic.
+    settings = settings_from_env(
+        model_id=str(minilm_path), device="cpu", forward_workers=1, **options
+    )
     return EngineArray(settings.model_specs(), backend_loader=loader), made
 
 

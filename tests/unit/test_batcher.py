@@ -45,3 +45,13 @@ def test_pad_batch_right_pads_with_mask() -> None:
     np.testing.assert_array_equal(batch.attention_mask, [[1, 1, 1], [1, 0, 0]])
     np.testing.assert_array_equal(batch.token_type_ids, [[0, 0, 0], [1, 0, 0]])
     assert batch.real_tokens == 4
+
+
+def test_cpu_forward_plan() -> None:
+    from ember.config import cpu_forward_plan
+
+    assert cpu_forward_plan(0, cores=2) == (2, 1)
+    assert cpu_forward_plan(0, cores=4) == (4, 1)
+    assert cpu_forward_plan(0, cores=16) == (4, 4)
+    assert cpu_forward_plan(1, cores=2) == (1, 2)
+    assert cpu_forward_plan(8, cores=2) == (2, 1)

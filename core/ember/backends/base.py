@@ -46,7 +46,12 @@ class BackendInfo:
 
 @runtime_checkable
 class Backend(Protocol):
-    """Loaded once per served model; ``forward`` is called from one worker thread."""
+    """Loaded once per served model.
+
+    ``forward`` is called from up to ``parallel_forwards`` worker threads at once (an
+    optional attribute, default 1): CPU backends run one single-threaded forward per core
+    rather than one forward on a multi-threaded pool (see ``ember.config.cpu_forward_plan``).
+    """
 
     info: BackendInfo
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 
 import numpy as np
 
 from ember.backends.base import BackendInfo, TokenBatch
-from ember.config import cpu_count
+from ember.config import cpu_forward_plan
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel
 from ember.tasks.pooling import pool_torch
@@ -42,12 +43,8 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
 
 
 def configure_cpu_threads() -> None:
-    # One forward pass runs at a time (a single worker thread), so its intra-op pool
-    # may use every core; inter-op parallelism only adds contention on a small CPU.
-    # Tokenisation runs on other threads between forwards and is ~5% of the work.
-    cores = cpu_count()
-    if torch.get_num_threads() != cores:
-        torch.set_num_threads(cores)
+    # Inter-op parallelism only adds contention on a small CPU; intra-op threads are set
+    # per forward thread (OpenMP's thread count is per calling thread), see forward().
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:  # already set once in this process
@@ -67,8 +64,13 @@ class TorchBackend:
 
         self.device = resolve_device(model.spec.device)
         self.dtype = resolve_dtype(model.spec.dtype, self.device)
+        # CPU: several single-threaded forwards at once instead of one on a thread pool
+        # (barrier stalls under contention: ember.config.cpu_forward_plan). GPU: one.
+        self.parallel_forwards, self.threads = 1, 0
+        self._thread_state = threading.local()
         if self.device == "cpu":
             configure_cpu_threads()
+            self.parallel_forwards, self.threads = cpu_forward_plan(model.spec.forward_workers)
             if self.dtype == torch.bfloat16 and not cpu_has_native_bf16():
                 log.warning(
                     "bfloat16 on a CPU without AVX512-BF16/AMX is emulated and slower than "
@@ -96,7 +98,10 @@ class TorchBackend:
             name="torch",
             device=self.device,
             dtype=str(self.dtype).removeprefix("torch."),
-            details={"attention": str(getattr(self.net.config, "_attn_implementation", "eager"))},
+            details={
+                "attention": str(getattr(self.net.config, "_attn_implementation", "eager")),
+                "forwards": f"{self.parallel_forwards}x{self.threads or 'all'} threads",
+            },
         )
 
     @staticmethod
@@ -111,6 +116,9 @@ class TorchBackend:
         return "sdpa"
 
     def forward(self, batch: TokenBatch) -> np.ndarray:
+        if self.threads and getattr(self._thread_state, "threads", 0) != self.threads:
+            torch.set_num_threads(self.threads)  # this worker thread's OpenMP team size
+            self._thread_state.threads = self.threads
         with torch.inference_mode():
             ids = torch.from_numpy(batch.input_ids).to(self.device, non_blocking=True)
             mask = torch.from_numpy(batch.attention_mask).to(self.device, non_blocking=True)

@@ -80,6 +80,7 @@ class Batcher:
         max_batch_size: int,
         max_queue_size: int,
         metrics: Metrics,
+        workers: int = 1,
     ) -> None:
         self.backend = backend
         self.name = name
@@ -92,8 +93,14 @@ class Batcher:
         self._in_flight = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        # One forward at a time: the backend owns every core while it runs.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"fwd-{name}")
+        self._running: set[asyncio.Task[None]] = set()
+        # As many forward passes at once as the backend runs in parallel (one per core on
+        # a small CPU, one on a GPU); each gets its own thread.
+        self.workers = max(1, workers)
+        self._slots = asyncio.Semaphore(self.workers)
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.workers, thread_name_prefix=f"fwd-{name}"
+        )
 
     @property
     def depth(self) -> int:
@@ -113,6 +120,8 @@ class Batcher:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        for task in list(self._running):
+            task.cancel()
         for item in self._pending:
             if not item.future.done():
                 item.future.cancel()
@@ -145,16 +154,19 @@ class Batcher:
             self._wake.clear()
             snapshot, self._pending = self._pending, []
             live = [it for it in snapshot if not it.future.done()]
-            self._in_flight = len(live)
+            self._in_flight += len(live)
             for batch in plan_batches(live, self.max_batch_tokens, self.max_batch_size):
-                await self._forward(loop, batch)
-            self._in_flight = 0
+                await self._slots.acquire()  # a worker is free
+                task = loop.create_task(self._forward(loop, batch))
+                self._running.add(task)
+                task.add_done_callback(self._running.discard)
             self.metrics.queue_depth.labels(self.name).set(self.depth)
 
     async def _forward(self, loop: asyncio.AbstractEventLoop, batch: list[WorkItem]) -> None:
         live = [it for it in batch if not it.future.done()]  # cancelled while waiting
         self._in_flight -= len(batch) - len(live)
         if not live:
+            self._slots.release()
             return
         arrays = pad_batch([it.tokens for it in live], self.pad_id)
         started = time.perf_counter()
@@ -175,5 +187,6 @@ class Batcher:
                 if not it.future.done():
                     it.future.set_result(RowResult(out[row], started - it.enqueued_at, forward_s))
         finally:
+            self._slots.release()
             self._in_flight -= len(live)
             self.metrics.queue_depth.labels(self.name).set(self.depth)

@@ -86,18 +86,21 @@ class Engine:
             max_batch_size=max_batch_size,
             max_queue_size=self.spec.max_queue_size,
             metrics=self.metrics,
+            workers=getattr(backend, "parallel_forwards", 1),
         )
         self.batcher.start()
         self.load_seconds = time.perf_counter() - started
         await self._warm_up()
         self.ready = True
         log.info(
-            "model %s ready: task=%s backend=%s device=%s dtype=%s load=%.2fs warm-up=%.2fs",
+            "model %s ready: task=%s backend=%s device=%s dtype=%s forwards=%d "
+            "load=%.2fs warm-up=%.2fs",
             model.served_name,
             model.task,
             backend.info.name,
             backend.info.device,
             backend.info.dtype,
+            self.batcher.workers,
             self.load_seconds,
             self.warmup_seconds,
         )
@@ -109,7 +112,11 @@ class Engine:
         length = self.tokenizer.max_length
         count = max(1, min(self.batcher.max_batch_size, self.spec.max_batch_tokens // length))
         filler = Tokens([self.tokenizer.pad_id + 1] * length, [0] * length)
-        await self.batcher.run_direct(pad_batch([filler] * count, self.tokenizer.pad_id))
+        largest = pad_batch([filler] * count, self.tokenizer.pad_id)
+        # Once per forward worker at the same time, so every worker thread is warm too.
+        await asyncio.gather(
+            *(self.batcher.run_direct(largest) for _ in range(self.batcher.workers))
+        )
         if self.task == "embed":
             await self.embed(["warm-up"])
         elif self.task == "rerank":
