@@ -30,6 +30,7 @@ import numpy as np
 
 from ember.backends import artifacts
 from ember.backends.base import BackendInfo, TokenBatch
+from ember.config import cpu_forward_plan
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel
 from ember.tasks.pooling import pool_numpy
@@ -202,7 +203,7 @@ def convert(model: ResolvedModel, plan: Plan, out_dir: Path, say: Progress) -> d
         "options": build_options(plan),
     }
     artifacts.write_manifest(out_dir, manifest)
-    say(f"wrote {out_dir} in {manifest['seconds']} s")
+    say(f"converted ({plan.compute_type}, head: {kind}) in {manifest['seconds']} s")
     return manifest
 
 
@@ -271,13 +272,20 @@ class Ct2Backend:
 
         ct2 = _import_ct2()
         self._ct2 = ct2
+        # CPU: one single-threaded replica per core, fed concurrently by the batcher's
+        # workers (ember.config.cpu_forward_plan); GPU: one replica.
+        self.parallel_forwards, threads = 1, 0
+        if plan.device == "cpu":
+            self.parallel_forwards, threads = cpu_forward_plan(
+                model.spec.forward_workers, physical_cores()
+            )
         try:
             self.encoder = ct2.Encoder(
                 str(path),
                 device=plan.device,
                 compute_type=plan.compute_type,
-                intra_threads=physical_cores() if plan.device == "cpu" else 0,
-                inter_threads=1,
+                intra_threads=threads,
+                inter_threads=self.parallel_forwards,
             )
         except ValueError as exc:  # e.g. compute type refused by this CPU
             raise ConfigError(f"CTranslate2 cannot load {path}: {exc}") from exc
@@ -295,7 +303,11 @@ class Ct2Backend:
             name=BACKEND,
             device=plan.device,
             dtype=plan.compute_type,
-            details={"artifact": str(path), "ctranslate2": ct2.__version__},
+            details={
+                "artifact": str(path),
+                "ctranslate2": ct2.__version__,
+                "threads": f"{self.parallel_forwards}x{threads}",
+            },
         )
 
     def _numpy(self, view: Any) -> np.ndarray:
