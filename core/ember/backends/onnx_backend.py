@@ -263,10 +263,12 @@ def optimize(src: Path, dst: Path, model: ResolvedModel, plan: Plan) -> dict[str
 def int8_nodes(onnx_model: Any) -> list[str]:
     """Nodes to quantise: MatMuls fed by attention context or an FFN activation.
 
-    Measured on all-MiniLM-L6-v2 against sentence-transformers fp32 (60 mixed texts,
-    worst case): every MatMul+Attention per-channel 0.972, FFN-only 0.980, this set
-    0.994. QKV and FFN-in read LayerNorm outputs (outlier channels) and the first layer
-    is the most sensitive; classifier heads stay fp32 too.
+    Worst-case cosine vs sentence-transformers fp32 on all-MiniLM-L6-v2 (60 mixed test
+    texts): every MatMul + Attention per-channel 0.972, FFN-only 0.980, this set 0.993
+    (0.9926 over the 2,048-sentence benchmark corpus). QKV and FFN-in read LayerNorm
+    outputs (outlier channels) and the first layer is the most sensitive; classifier
+    heads stay fp32 too. The price: ~1/3 of the FLOPs run int8, so the gain is ~10%
+    CPU time, not the ~1.7x of quantising everything.
     """
     producer = {out: node for node in onnx_model.graph.node for out in node.output}
     weights = {init.name for init in onnx_model.graph.initializer}
