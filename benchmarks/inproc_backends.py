@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -51,9 +52,13 @@ def batches(model: ResolvedModel, texts: list[str], size: int) -> tuple[list, li
     return out, order
 
 
-def run_pass(backend: Backend, prepared: list[TokenBatch]) -> tuple[np.ndarray, float, float]:
+def run_pass(
+    backend: Backend, prepared: list[TokenBatch], pool: ThreadPoolExecutor | None
+) -> tuple[np.ndarray, float, float]:
+    """One pass over the corpus; batches run concurrently when the backend asks for it."""
     wall, cpu = time.perf_counter(), time.process_time()
-    out = np.concatenate([backend.forward(b) for b in prepared])
+    results = pool.map(backend.forward, prepared) if pool else map(backend.forward, prepared)
+    out = np.concatenate(list(results))
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -64,6 +69,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", nargs="*", default=list(VARIANTS), help="backend:dtype ...")
     parser.add_argument("--cache-dir", type=Path, default=None, help="artifact cache")
+    parser.add_argument(
+        "--forward-workers",
+        type=int,
+        default=0,
+        help="concurrent forwards (0: the backend's default, ember.config.cpu_forward_plan)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     args = parser.parse_args()
 
@@ -84,19 +95,28 @@ def main() -> None:
     for variant in args.only:
         backend_name, dtype = variant.split(":")
         spec = ModelSpec(
-            model_id=str(path), backend=backend_name, dtype=dtype, device="cpu", cache_dir=cache
+            model_id=str(path),
+            backend=backend_name,
+            dtype=dtype,
+            device="cpu",
+            cache_dir=cache,
+            forward_workers=args.forward_workers,
         )
         model = resolve_model(spec)
         t0 = time.perf_counter()
         backend = load_backend(model)
         load_s = time.perf_counter() - t0
         prepared, order = batches(model, texts, args.batch_size)
-        run_pass(backend, prepared[:4])  # warm-up: allocator, thread pools, kernels
+        workers = int(getattr(backend, "parallel_forwards", 1))
+        pool = ThreadPoolExecutor(workers) if workers > 1 else None
+        run_pass(backend, prepared[:4], pool)  # warm-up: allocator, thread pools, kernels
         walls, cpus, out = [], [], None
         for _ in range(args.repeats):
-            out, wall, cpu = run_pass(backend, prepared)
+            out, wall, cpu = run_pass(backend, prepared, pool)
             walls.append(wall)
             cpus.append(cpu)
+        if pool:
+            pool.shutdown()
         emb = np.empty_like(out)
         emb[np.asarray(order)] = out
         a = emb / np.linalg.norm(emb, axis=1, keepdims=True)
@@ -105,6 +125,8 @@ def main() -> None:
         row = {
             "variant": variant,
             "dtype": backend.info.dtype,
+            "threads": backend.info.details.get("threads")
+            or f"{workers}x{getattr(backend, 'threads', '?')}",
             "sent_per_s_best": round(args.n / min(walls), 1),
             "sent_per_s_median": round(args.n / statistics.median(walls), 1),
             "cpu_s_per_pass": round(min(cpus), 2),
@@ -121,11 +143,14 @@ def main() -> None:
         f"\n{args.n} sentences, batches of {args.batch_size} sorted by length, "
         f"{args.repeats} timed passes, {os.cpu_count()} CPUs, loadavg {load1:.1f}/{load5:.1f}"
     )
-    print("| backend:dtype | sentences/s (best) | (median) | CPU s/pass | cos worst | cos mean |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| backend:dtype | forwards x threads | sentences/s (best) | (median) | CPU s/pass "
+        "| cos worst | cos mean |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['variant']} ({r['dtype']}) | {r['sent_per_s_best']} | "
+            f"| {r['variant']} ({r['dtype']}) | {r['threads']} | {r['sent_per_s_best']} | "
             f"{r['sent_per_s_median']} | {r['cpu_s_per_pass']} | {r['cos_worst']} | "
             f"{r['cos_mean']} |"
         )
