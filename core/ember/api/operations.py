@@ -41,6 +41,18 @@ def _usage(tokens: int) -> dict[str, int]:
     return {"prompt_tokens": tokens, "total_tokens": tokens}
 
 
+def _envelope(kind: str, key: str, payload: Any, model: str, tokens: int) -> dict[str, Any]:
+    """The response frame Cohere/Infinity clients expect around rerank and classify results."""
+    return {
+        "id": str(uuid.uuid4()),
+        "object": kind,
+        key: payload,
+        "model": model,
+        "usage": _usage(tokens),
+        "created": int(time.time()),
+    }
+
+
 async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, limit: int) -> Reply:
     raw = body.input
     if isinstance(raw, str):
@@ -98,15 +110,7 @@ async def cohere_rerank(engines: EngineArray, body: s.RerankRequest, limit: int)
             item["document"] = {"text": docs[i]}
         results.append(item)
     return Reply(
-        {
-            "id": str(uuid.uuid4()),
-            "object": "rerank",
-            "results": results,
-            "model": engine.name,
-            "usage": _usage(result.prompt_tokens),
-            "created": int(time.time()),
-        },
-        result.timings,
+        _envelope("rerank", "results", results, engine.name, result.prompt_tokens), result.timings
     )
 
 
@@ -134,15 +138,7 @@ async def classify(engines: EngineArray, body: s.ClassifyRequest, limit: int) ->
         texts, raw_scores=body.raw_scores, truncate=body.truncate
     )
     return Reply(
-        {
-            "id": str(uuid.uuid4()),
-            "object": "classify",
-            "data": labels,
-            "model": engine.name,
-            "usage": _usage(result.prompt_tokens),
-            "created": int(time.time()),
-        },
-        result.timings,
+        _envelope("classify", "data", labels, engine.name, result.prompt_tokens), result.timings
     )
 
 
