@@ -202,3 +202,18 @@ def cpu_forward_plan(requested: int = 0, cores: int | None = None) -> tuple[int,
     workers = requested if requested > 0 else (cores if cores <= 4 else max(2, cores // 4))
     workers = min(workers, cores)
     return workers, max(1, cores // workers)
+
+
+def physical_cores() -> int:
+    """Physical cores we may run on: SMT siblings share one core's matmul units."""
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        allowed = os.cpu_count() or 1
+    try:
+        import psutil
+
+        physical = psutil.cpu_count(logical=False) or allowed
+    except ImportError:
+        physical = allowed
+    return max(1, min(allowed, physical))

@@ -157,7 +157,7 @@ async def tei_tokenize(engines: EngineArray, body: s.TEITokenizeRequest, limit: 
     check_batch(len(texts), limit, "inputs")
     engine = engines.get(body.model)
     if body.prompt_name and engine.model is not None:
-        texts = engine._with_prompt(texts, body.prompt_name)
+        texts = engine.with_prompt(texts, body.prompt_name)
     tokens = await engine.tokenize(texts, add_special_tokens=body.add_special_tokens)
     return Reply(tokens, Timings())
 

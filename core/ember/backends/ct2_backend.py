@@ -30,7 +30,7 @@ import numpy as np
 
 from ember.backends import artifacts
 from ember.backends.base import BackendInfo, TokenBatch
-from ember.config import cpu_forward_plan
+from ember.config import cpu_forward_plan, physical_cores
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel
 from ember.tasks.pooling import pool_numpy
@@ -268,8 +268,6 @@ class Ct2Backend:
     """A ``ctranslate2.Encoder``; heads and pooling run in numpy on its outputs."""
 
     def __init__(self, model: ResolvedModel, path: Path, plan: Plan) -> None:
-        from ember.backends.onnx_backend import physical_cores
-
         ct2 = _import_ct2()
         self._ct2 = ct2
         # CPU: one single-threaded replica per core, fed concurrently by the batcher's

@@ -35,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ember.backends import artifacts
 from ember.backends.base import BackendInfo, TokenBatch
 from ember.backends.neuron_shapes import (
     Chunk,
@@ -624,12 +625,7 @@ def _compile_settings(model: ResolvedModel) -> tuple[int, tuple[int, ...], str |
 
 
 def _cache_root(model: ResolvedModel) -> Path:
-    if model.spec.cache_dir is not None:
-        return Path(model.spec.cache_dir) / "neuron"
-    base = os.environ.get("EMBER_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ember"
-    )
-    return Path(base) / "neuron"
+    return artifacts.cache_root(model) / "neuron"
 
 
 def _fingerprint(model: ResolvedModel, settings: tuple[int, tuple[int, ...], str | None]) -> str:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -37,7 +36,7 @@ import numpy as np
 
 from ember.backends import artifacts
 from ember.backends.base import BackendInfo, TokenBatch
-from ember.config import cpu_forward_plan
+from ember.config import cpu_forward_plan, physical_cores
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel
 from ember.tasks.pooling import pool_numpy
@@ -430,21 +429,6 @@ def prepare(model: ResolvedModel, plan: Plan, progress: Progress | None = None) 
 
 
 # ---------------------------------------------------------------- runtime
-
-
-def physical_cores() -> int:
-    """Physical cores we may run on: SMT siblings share one core's matmul units."""
-    try:
-        allowed = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        allowed = os.cpu_count() or 1
-    try:
-        import psutil
-
-        physical = psutil.cpu_count(logical=False) or allowed
-    except ImportError:
-        physical = allowed
-    return max(1, min(allowed, physical))
 
 
 class OnnxBackend:

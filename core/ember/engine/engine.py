@@ -172,7 +172,7 @@ class Engine:
         if texts_or_ids and not isinstance(texts_or_ids[0], str):
             job = lambda: self.tokenizer.from_ids(texts_or_ids, truncate=truncate)  # noqa: E731
         else:
-            texts = self._with_prompt(texts_or_ids, prompt_name)  # type: ignore[arg-type]
+            texts = self.with_prompt(texts_or_ids, prompt_name)  # type: ignore[arg-type]
             job = lambda: self.tokenizer.encode(  # noqa: E731
                 texts, truncate=truncate, direction=truncation_direction
             )
@@ -218,7 +218,7 @@ class Engine:
             ],
         )
 
-    def _with_prompt(self, texts: list[str], prompt_name: str | None) -> list[str]:
+    def with_prompt(self, texts: list[str], prompt_name: str | None) -> list[str]:
         assert self.model is not None
         name = prompt_name or self.model.default_prompt_name
         if name is None:
