@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 
-from ember.engine.batcher import WorkItem, pad_batch, plan_batches
+from ember.engine.batcher import PADDING_FRACTION, WorkItem, pad_batch, take_batch
 from ember.engine.tokenizer import Tokens
 
 
@@ -21,22 +21,53 @@ def _items(lengths: list[int]) -> list[WorkItem]:
         loop.close()
 
 
-def test_batches_respect_padded_cost_and_count() -> None:
+def _drain(items: list[WorkItem], max_tokens: int, max_size: int, slack: int = 64):
+    batches, queue = [], items
+    while queue:
+        oldest = queue[0]
+        batch, rest = take_batch(queue, max_tokens, max_size, slack)
+        assert oldest in batch  # the oldest waiting text always goes next
+        assert [it for it in queue if it in rest] == rest  # the rest keep arrival order
+        batches.append(batch)
+        queue = rest
+    return batches
+
+
+def test_batches_respect_padded_cost_count_and_padding() -> None:
     rng = random.Random(0)
-    lengths = [rng.randint(3, 256) for _ in range(500)]
-    batches = plan_batches(_items(lengths), max_tokens=2048, max_size=32)
-    assert sum(len(b) for b in batches) == 500
+    items = _items([rng.randint(3, 256) for _ in range(500)])
+    batches = _drain(items, max_tokens=2048, max_size=32)
+    assert sorted(id(it) for b in batches for it in b) == sorted(id(it) for it in items)
     for batch in batches:
-        longest = max(len(it.tokens) for it in batch)
+        lengths = [len(it.tokens) for it in batch]
+        padded = max(lengths) * len(batch)
         assert len(batch) <= 32
-        assert len(batch) == 1 or longest * len(batch) <= 2048
-    flat = [len(it.tokens) for b in batches for it in b]
-    assert flat == sorted(flat)  # taken in length order
+        assert len(batch) == 1 or padded <= 2048
+        assert padded - sum(lengths) <= max(64, PADDING_FRACTION * padded)
+        assert lengths == sorted(lengths)
+
+
+def test_mixed_requests_pad_little() -> None:
+    """Four requests of 32 random-length texts: padded together they cost ~2.6x."""
+    rng = random.Random(1)
+    lengths = [rng.randint(10, 165) for _ in range(128)]
+    batches = _drain(_items(lengths), max_tokens=8192, max_size=32)
+    padded = sum(max(len(it.tokens) for it in b) * len(b) for b in batches)
+    assert padded <= 1.25 * sum(lengths)
+    assert sum(len(b) for b in batches) / len(batches) >= 4  # still batches, not singles
+
+
+def test_accelerator_slack_keeps_batches_large() -> None:
+    rng = random.Random(2)
+    lengths = [rng.randint(10, 165) for _ in range(64)]
+    batches = _drain(_items(lengths), max_tokens=16384, max_size=32, slack=4096)
+    assert [len(b) for b in batches] == [32, 32]
 
 
 def test_oversized_single_item_still_gets_a_batch() -> None:
-    batches = plan_batches(_items([5000, 3]), max_tokens=1024, max_size=8)
+    batches = _drain(_items([5000, 3]), max_tokens=1024, max_size=8)
     assert [len(b) for b in batches] == [1, 1]
+
 
 
 def test_pad_batch_right_pads_with_mask() -> None:

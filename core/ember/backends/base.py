@@ -51,6 +51,9 @@ class Backend(Protocol):
     ``forward`` is called from up to ``parallel_forwards`` worker threads at once (an
     optional attribute, default 1): CPU backends run one single-threaded forward per core
     rather than one forward on a multi-threaded pool (see ``ember.config.cpu_forward_plan``).
+    ``padding_slack`` (optional, tokens) is how much padding a batch may carry before a
+    separate forward is cheaper; by default it follows ``info.device``
+    (``ember.engine.batcher.padding_slack_for``).
     """
 
     info: BackendInfo

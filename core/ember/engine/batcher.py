@@ -1,10 +1,14 @@
 """Token-budget dynamic batching in front of one backend.
 
-Waiting items are taken in length order so padding stays small; a batch closes when
-its padded cost (longest x count) would pass ``max_batch_tokens`` or it holds
-``max_batch_size`` texts. The queue is bounded (429 past it). Items whose request was
-cancelled or timed out are dropped before they reach a forward pass. A forward that
-raises fails only the futures of its own batch.
+A batch is formed only when a forward worker is free, from everything waiting then, so
+texts from different requests share batches. It is built around the oldest waiting text
+(no text waits behind a stream of newer ones) from the texts nearest to it in length, and
+it closes when its padded cost (longest x count) would pass ``max_batch_tokens``, it holds
+``max_batch_size`` texts, or its padding would cost more than a forward pass of its own
+(``padding_slack`` tokens, or a tenth of the batch): random-length requests padded
+together did 2.6x the real work on this corpus. The queue is bounded (429 past it). Items
+whose request was cancelled or timed out are dropped before they reach a forward pass. A
+forward that raises fails only the futures of its own batch.
 """
 
 from __future__ import annotations
@@ -41,19 +45,62 @@ class WorkItem:
     enqueued_at: float = field(default_factory=time.perf_counter)
 
 
-def plan_batches(items: list[WorkItem], max_tokens: int, max_size: int) -> list[list[WorkItem]]:
-    """Sort by length, then cut greedily under the padded-cost and count limits."""
-    batches: list[list[WorkItem]] = []
-    current: list[WorkItem] = []
-    for item in sorted(items, key=lambda it: len(it.tokens)):
-        longest = len(item.tokens)  # ascending order: the newcomer is the longest
-        if current and (len(current) >= max_size or (len(current) + 1) * longest > max_tokens):
-            batches.append(current)
-            current = []
-        current.append(item)
-    if current:
-        batches.append(current)
-    return batches
+# Padding a batch may carry before a forward of its own would be cheaper, in tokens: a
+# CPU forward has little fixed cost (a MiniLM batch of one ran at 0.7x the best batched
+# rate), an accelerator's kernel launches and transfers are worth thousands of tokens.
+PADDING_SLACK_CPU = 64
+PADDING_SLACK_ACCELERATOR = 4096
+PADDING_FRACTION = 0.1
+
+
+def padding_slack_for(device: str) -> int:
+    return PADDING_SLACK_CPU if device == "cpu" else PADDING_SLACK_ACCELERATOR
+
+
+def take_batch(
+    items: list[WorkItem], max_tokens: int, max_size: int, slack: int = PADDING_SLACK_CPU
+) -> tuple[list[WorkItem], list[WorkItem]]:
+    """(the next batch, the rest in arrival order) from items in arrival order.
+
+    Grows outwards from the oldest item in length order, each step adding whichever
+    neighbour pads less, while count, padded cost and padding stay within their limits.
+    """
+    if not items:
+        return [], []
+    lengths = [len(it.tokens) for it in items]
+    order = sorted(range(len(items)), key=lengths.__getitem__)
+    lo = hi = order.index(0)
+    longest = real = lengths[0]
+    count = 1
+
+    def fits(length: int) -> tuple[bool, int]:
+        new_longest = max(longest, length)
+        padded = (count + 1) * new_longest
+        waste = padded - real - length
+        ok = padded <= max_tokens and waste <= max(slack, PADDING_FRACTION * padded)
+        return ok, waste
+
+    while count < max_size:
+        options = []
+        if lo > 0:
+            options.append((-1, *fits(lengths[order[lo - 1]])))
+        if hi < len(order) - 1:
+            options.append((1, *fits(lengths[order[hi + 1]])))
+        feasible = sorted((waste, side) for side, ok, waste in options if ok)
+        if not feasible:
+            break
+        side = feasible[0][1]
+        if side < 0:
+            lo -= 1
+            added = lengths[order[lo]]
+        else:
+            hi += 1
+            added = lengths[order[hi]]
+        longest, real, count = max(longest, added), real + added, count + 1
+    chosen = set(order[lo : hi + 1])
+    batch = [items[i] for i in sorted(chosen, key=lengths.__getitem__)]
+    rest = [it for i, it in enumerate(items) if i not in chosen]
+    return batch, rest
 
 
 def pad_batch(tokens: list[Tokens], pad_id: int) -> TokenBatch:
@@ -81,6 +128,7 @@ class Batcher:
         max_queue_size: int,
         metrics: Metrics,
         workers: int = 1,
+        padding_slack: int = PADDING_SLACK_CPU,
     ) -> None:
         self.backend = backend
         self.name = name
@@ -88,6 +136,7 @@ class Batcher:
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
         self.max_queue_size = max_queue_size
+        self.padding_slack = padding_slack
         self.metrics = metrics
         self._pending: list[WorkItem] = []
         self._in_flight = 0
@@ -150,16 +199,22 @@ class Batcher:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await self._wake.wait()
-            self._wake.clear()
-            snapshot, self._pending = self._pending, []
-            live = [it for it in snapshot if not it.future.done()]
-            self._in_flight += len(live)
-            for batch in plan_batches(live, self.max_batch_tokens, self.max_batch_size):
-                await self._slots.acquire()  # a worker is free
-                task = loop.create_task(self._forward(loop, batch))
-                self._running.add(task)
-                task.add_done_callback(self._running.discard)
+            if not self._pending:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            await self._slots.acquire()  # a worker is free: batch what is waiting now
+            live = [it for it in self._pending if not it.future.done()]
+            batch, self._pending = take_batch(
+                live, self.max_batch_tokens, self.max_batch_size, self.padding_slack
+            )
+            if not batch:
+                self._slots.release()
+                continue
+            self._in_flight += len(batch)
+            task = loop.create_task(self._forward(loop, batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
             self.metrics.queue_depth.labels(self.name).set(self.depth)
 
     async def _forward(self, loop: asyncio.AbstractEventLoop, batch: list[WorkItem]) -> None:
