@@ -69,7 +69,6 @@ def test_oversized_single_item_still_gets_a_batch() -> None:
     assert [len(b) for b in batches] == [1, 1]
 
 
-
 def test_pad_batch_right_pads_with_mask() -> None:
     batch = pad_batch([Tokens([5, 6, 7], [0, 0, 0]), Tokens([8], [1])], pad_id=0)
     np.testing.assert_array_equal(batch.input_ids, [[5, 6, 7], [8, 0, 0]])
