@@ -34,7 +34,7 @@ def _default_text(name: str) -> str:
 
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     for name, field in ServerSettings.model_fields.items():
-        help_text = f"{field.description} [env {env_var(name)}]"
+        help_text = f"{field.description} [env {env_var(name)}]".replace("%", "%%")  # argparse
         kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
         if name in PER_MODEL_FIELDS:
             kwargs.update(action="append", metavar="VALUE")

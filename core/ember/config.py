@@ -76,6 +76,11 @@ class ServerSettings(BaseSettings):
         description="Forward passes run at once per model on CPU (0 = auto: one per core up "
         "to 4 cores, then cores/4), each with cores/workers threads.",
     )
+    torch_compile: bool = Field(
+        False,
+        description="torch backend: torch.compile the model (dynamic shapes) while loading; "
+        "+17% MiniLM fp32 on this CPU, about a minute more to start.",
+    )
     trust_remote_code: bool = Field(False, description="Allow model code from the hub.")
     cache_dir: str | None = Field(
         None, description="Where exported ONNX/CTranslate2 artifacts are kept (~/.cache/ember)."
@@ -138,6 +143,7 @@ class ServerSettings(BaseSettings):
             max_queue_size=_positive_int("max_queue_size", pick("max_queue_size") or "4096"),
             request_timeout=self.request_timeout,
             forward_workers=self.forward_workers,
+            torch_compile=self.torch_compile,
             trust_remote_code=self.trust_remote_code,
             cache_dir=Path(self.cache_dir) if self.cache_dir else None,
         )

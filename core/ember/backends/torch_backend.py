@@ -90,6 +90,7 @@ class TorchBackend:
                 str(model.path), dtype=self.dtype, trust_remote_code=model.spec.trust_remote_code
             )
         self.net = net.to(self.device).eval()
+        self._call = self.net
         params = inspect.signature(self.net.forward).parameters
         self.takes_token_types = "token_type_ids" in params
         self.task = model.task
@@ -101,8 +102,27 @@ class TorchBackend:
             details={
                 "attention": str(getattr(self.net.config, "_attn_implementation", "eager")),
                 "forwards": f"{self.parallel_forwards}x{self.threads or 'all'} threads",
+                "compiled": str(model.spec.torch_compile).lower(),
             },
         )
+        if model.spec.torch_compile:
+            self._compile()
+
+    # Batches run once while loading so torch.compile has built every graph serving needs:
+    # (rows, length, padded). Different sizes make batch and length dynamic; padded and
+    # unpadded masks, and a batch of one, cover branches that some torch/transformers
+    # versions specialise (tests/integration/test_torch_compile.py checks none is left).
+    COMPILE_BATCHES = ((2, 12, True), (3, 20, True), (2, 12, False), (3, 20, False), (1, 16, False))
+
+    def _compile(self) -> None:
+        """Compile now rather than on the first requests, which would wait a minute."""
+        self._call = torch.compile(self.net, dynamic=True)
+        for rows, length, padded in self.COMPILE_BATCHES:
+            ids = np.full((rows, length), 1000, dtype=np.int64)
+            mask = np.ones((rows, length), dtype=np.int64)
+            if padded:
+                ids[-1, length // 2 :], mask[-1, length // 2 :] = 0, 0
+            self.forward(TokenBatch(ids, mask, np.zeros_like(ids)))
 
     @staticmethod
     def _attention(device: str, dtype: torch.dtype) -> str:
@@ -125,7 +145,7 @@ class TorchBackend:
             kwargs = {"input_ids": ids, "attention_mask": mask}
             if self.takes_token_types:
                 kwargs["token_type_ids"] = torch.from_numpy(batch.token_type_ids).to(self.device)
-            out = self.net(**kwargs)
+            out = self._call(**kwargs)
             if self.task == "embed":
                 result = pool_torch(out.last_hidden_state, mask, self.pooling)
             else:

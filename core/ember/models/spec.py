@@ -29,6 +29,7 @@ class ModelSpec:
     max_queue_size: int = 4096
     request_timeout: float = 60.0
     forward_workers: int = 0  # 0: auto (see ember.config.cpu_forward_plan)
+    torch_compile: bool = False  # torch backend: torch.compile while loading
     trust_remote_code: bool = False
     cache_dir: Path | None = None  # where exported artifacts (onnx, ct2) are kept
 
