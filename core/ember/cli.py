@@ -99,11 +99,9 @@ def serve(settings: ServerSettings) -> int:
     import uvicorn
 
     from ember.api.app import create_app
-    from ember.config import tune_server_process
     from ember.logs import configure_logging
 
     configure_logging(settings.log_level, settings.json_logs)
-    tune_server_process()
     failed: list[BaseException] = []
     config = uvicorn.Config(
         "ember.api.app:create_app",  # placeholder, replaced below with the built app

@@ -224,21 +224,3 @@ def physical_cores() -> int:
     except ImportError:
         physical = allowed
     return max(1, min(allowed, physical))
-
-
-# GIL switch interval for server processes, seconds (CPython's default is 0.005).
-SERVER_SWITCH_INTERVAL = 0.0005
-
-
-def tune_server_process() -> None:
-    """Let forward threads take the GIL back sooner from a busy event loop.
-
-    A forward thread runs the model without the GIL and needs it again only to hand its
-    rows back; with the default 5 ms interval it waited up to 5 ms behind the event loop
-    parsing requests, idling its core. Measured at 1 sentence x 32 clients on ct2 int8:
-    105-111 -> 117-119 sentences/s (about 4% less at 32 sentences x 4). Only server
-    entry points call this: an embedding application keeps its own interpreter settings.
-    """
-    import sys
-
-    sys.setswitchinterval(SERVER_SWITCH_INTERVAL)

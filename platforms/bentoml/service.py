@@ -31,7 +31,6 @@ import bentoml
 from prometheus_client import generate_latest
 
 from ember.api.app import create_app
-from ember.config import tune_server_process
 from ember.engine import EngineArray
 from ember.platform import concurrency_limits, env_int, read_pins, settings_from_env
 
@@ -106,7 +105,6 @@ class Ember:
     """Holds nothing of its own: the mounted core app serves, the engines say when ready."""
 
     def __init__(self) -> None:
-        tune_server_process()
         self.engines = ENGINES
 
     def __is_ready__(self) -> bool:

@@ -139,9 +139,7 @@ class Ember:
     def load(self) -> None:
         """After restore, with the GPU attached: load weights onto it and warm up."""
         from ember.api.app import create_app
-        from ember.config import tune_server_process
 
-        tune_server_process()
         self.engine_loop = EngineLoop()
         self.engines = self.engine_loop.run(build_engines(self.settings))
         self.http = create_app(self.settings, self.engines)

@@ -34,7 +34,6 @@ from typing import Any
 
 import runpod
 
-from ember.config import tune_server_process
 from ember.engine import EngineArray, SyncEngineArray
 from ember.errors import BadRequest, EmberError
 from ember.logs import configure_logging
@@ -113,7 +112,6 @@ def make_handler(worker: SyncEngineArray) -> Any:
 # Built at import: the worker is warm before RunPod hands it the first job.
 SETTINGS = settings_from_env()
 configure_logging(SETTINGS.log_level, SETTINGS.json_logs)
-tune_server_process()
 CONCURRENCY = concurrency_from_env(SETTINGS.model_specs())
 # Loads and warms every model on the core's engine loop (a daemon thread); a failure
 # raises here, at import, so the worker exits and RunPod reports it.

@@ -37,7 +37,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 
 from ember.api.app import create_app
-from ember.config import ServerSettings, tune_server_process
+from ember.config import ServerSettings
 from ember.engine.engine import EngineArray
 from ember.errors import BadRequest, EmberError
 from ember.logs import configure_logging
@@ -164,7 +164,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     settings = load_settings(os.environ)
     configure_logging(settings.log_level, settings.json_logs)
-    tune_server_process()
     log.info(
         "serving %s on %s:%d",
         settings.model_id or "the default model",

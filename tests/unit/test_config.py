@@ -65,18 +65,3 @@ def test_bad_values_are_refused(field: str, value: str, message: str) -> None:
 def test_duplicate_names_refused() -> None:
     with pytest.raises(ConfigError, match="unique"):
         settings_from_env(model_id="a;a").model_specs()
-
-
-def test_server_processes_shorten_the_gil_switch_interval() -> None:
-    import sys
-
-    from ember.config import SERVER_SWITCH_INTERVAL, tune_server_process
-
-    before = sys.getswitchinterval()
-    try:
-        sys.setswitchinterval(0.005)  # CPython's default
-        tune_server_process()
-        assert sys.getswitchinterval() == pytest.approx(SERVER_SWITCH_INTERVAL)
-        assert SERVER_SWITCH_INTERVAL < 0.005
-    finally:
-        sys.setswitchinterval(before)
