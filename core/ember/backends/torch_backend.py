@@ -117,8 +117,9 @@ class TorchBackend:
     def _compile(self) -> None:
         """Compile now rather than on the first requests, which would wait a minute."""
         self._call = torch.compile(self.net, dynamic=True)
+        token = min(1000, int(getattr(self.net.config, "vocab_size", 1001)) - 1)
         for rows, length, padded in self.COMPILE_BATCHES:
-            ids = np.full((rows, length), 1000, dtype=np.int64)
+            ids = np.full((rows, length), token, dtype=np.int64)
             mask = np.ones((rows, length), dtype=np.int64)
             if padded:
                 ids[-1, length // 2 :], mask[-1, length // 2 :] = 0, 0
