@@ -5,6 +5,10 @@ OpenAI embeddings / Cohere rerank JSON, so nothing here knows about a particular
 beyond the route paths it is given. Every load is bounded in request count *and* wall
 time, and only loopback addresses are accepted (this harness must never send traffic
 anywhere else).
+
+The client is aiohttp with bodies serialised before the clock starts: client and server
+share this machine's cores, and httpx spent 2.2 ms of CPU per request against aiohttp's
+0.3-1.0 ms, CPU every server under test lost alike.
 """
 
 from __future__ import annotations
@@ -18,9 +22,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import httpx
+import orjson
 
 LOOPBACK_NAMES = {"localhost"}
+JSON_HEADERS = {"content-type": "application/json"}
+# aiohttp raises its own errors, and asyncio's for a timeout.
+CLIENT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
 def check_loopback(base_url: str) -> None:
@@ -159,20 +168,26 @@ async def run_load(
     """
     check_loopback(base_url)
     result = LoadResult(name=name, concurrency=concurrency, planned=len(requests))
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    timeout = httpx.Timeout(request_timeout_s)
-    async with httpx.AsyncClient(
-        base_url=base_url, limits=limits, timeout=timeout, trust_env=False, headers=headers
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+    async with aiohttp.ClientSession(
+        base_url, connector=connector, timeout=timeout, headers=headers, trust_env=False
     ) as client:
+
+        async def post(req: Request, body: bytes) -> tuple[int, bytes]:
+            async with client.post(req.path, data=body, headers=JSON_HEADERS) as resp:
+                return resp.status, await resp.read()
+
         for req in warmup:
             try:
-                await client.post(req.path, json=req.body)
-            except httpx.HTTPError:
+                await post(req, orjson.dumps(req.body))
+            except CLIENT_ERRORS:
                 pass  # a broken server shows up in the measured phase
 
-        queue: asyncio.Queue[Request] = asyncio.Queue()
+        # Bodies are serialised before the clock starts: only the servers' work is timed.
+        queue: asyncio.Queue[tuple[Request, bytes]] = asyncio.Queue()
         for req in requests:
-            queue.put_nowait(req)
+            queue.put_nowait((req, orjson.dumps(req.body)))
         start = time.perf_counter()
         deadline = start + time_limit_s
 
@@ -187,21 +202,26 @@ async def run_load(
                     result.timed_out = result.timed_out or not queue.empty()
                     return
                 try:
-                    req = queue.get_nowait()
+                    req, body = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
                 result.sent += 1
                 t0 = time.perf_counter()
                 try:
-                    resp = await client.post(req.path, json=req.body)
-                except httpx.HTTPError as exc:
+                    status, content = await post(req, body)
+                except CLIENT_ERRORS as exc:
                     record_error(f"{type(exc).__name__}: {exc}")
                     continue
                 elapsed_ms = (time.perf_counter() - t0) * 1000.0
-                if resp.status_code != 200:
-                    record_error(f"HTTP {resp.status_code}: {resp.text[:200]}")
+                if status != 200:
+                    record_error(f"HTTP {status}: {content[:200].decode(errors='replace')}")
                     continue
-                problem = _validate(req, resp.json())
+                try:
+                    payload = orjson.loads(content)
+                except orjson.JSONDecodeError as exc:
+                    record_error(f"response is not JSON: {exc}")
+                    continue
+                problem = _validate(req, payload)
                 if problem:
                     record_error(problem)
                     continue
