@@ -16,12 +16,14 @@ from fastapi import Body, FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import Discriminator, Tag
+from starlette.datastructures import State
 
 import ember
 from ember.api import operations as ops
 from ember.api import schemas as s
 from ember.api.errors import error_response, install_error_handlers
-from ember.api.middleware import EdgeMiddleware
+from ember.api.fastpath import ModelRouteFastPath
+from ember.api.middleware import ASGIApp, EdgeMiddleware, Receive, Scope, Send
 from ember.config import DEFAULT_MODEL_NAME, ServerSettings, settings_from_env
 from ember.engine.engine import EngineArray
 from ember.errors import EmberError, error_body
@@ -98,22 +100,23 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.3f}"
 
 
-async def _until_disconnected(request: Request) -> None:
+async def _until_disconnected(receive: Receive) -> None:
     """Returns when the client goes away (the body has been read already)."""
     while True:
-        message = await request.receive()
+        message = await receive()
         if message["type"] == "http.disconnect":
             return
 
 
-async def run_operation(request: Request, operation: Operation, body: Any) -> Response:
-    """The shared request path of every model route."""
+async def run_operation(
+    state: State, receive: Receive, operation: Operation, body: Any
+) -> Response:
+    """The shared request path of every model route (FastAPI's endpoints and the fast path)."""
     started = time.perf_counter()
-    state = request.app.state
     work = asyncio.ensure_future(
         operation(state.engines, body, state.settings.max_client_batch_size)
     )
-    watcher = asyncio.ensure_future(_until_disconnected(request))
+    watcher = asyncio.ensure_future(_until_disconnected(receive))
     try:
         await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -139,7 +142,7 @@ async def run_operation(request: Request, operation: Operation, body: Any) -> Re
 
 def _endpoint(route: ModelRoute) -> Callable[..., Awaitable[Response]]:
     async def endpoint(request: Request, body: Any) -> Response:
-        return await run_operation(request, route.operation, body)
+        return await run_operation(request.app.state, request.receive, route.operation, body)
 
     # FastAPI reads the body model from the signature; set it per route.
     endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
@@ -157,6 +160,20 @@ def _endpoint(route: ModelRoute) -> Callable[..., Awaitable[Response]]:
     return endpoint
 
 
+class EmberApp(FastAPI):
+    """FastAPI behind Ember's own ASGI front: the edge checks (API key, payload limit,
+    request metrics), then the model routes' fast path, then FastAPI's full stack."""
+
+    entry: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await (self.entry or super().__call__)(scope, receive, send)
+
+    async def framework(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """FastAPI's own handling: middleware, routing, validation, error handlers."""
+        await super().__call__(scope, receive, send)
+
+
 def _json(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
@@ -166,7 +183,7 @@ def create_app(
     engines: EngineArray | None = None,
     *,
     on_load_failure: Callable[[BaseException], None] | None = None,
-) -> FastAPI:
+) -> EmberApp:
     """Build the HTTP app. Models load in the background so /health answers at once;
     /ready turns 200 once every model is loaded and warmed."""
     settings = settings or settings_from_env()
@@ -194,7 +211,7 @@ def create_app(
             if on_load_failure is not None:
                 on_load_failure(exc)
 
-    app = FastAPI(
+    app = EmberApp(
         title="Ember",
         version=ember.__version__,
         summary="Embeddings, reranking and classification: OpenAI-, Cohere- and TEI-compatible.",
@@ -257,8 +274,14 @@ def create_app(
         return known["paths"]  # type: ignore[return-value]
 
     known: dict[str, object] = {"count": -1, "paths": set()}
-    app.add_middleware(
-        EdgeMiddleware,
+    fast_path = ModelRouteFastPath(
+        app.framework,
+        [(path, route.body, route.operation) for route in ROUTES for path in route.paths],
+        app.state,
+        run_operation,
+    )
+    app.entry = EdgeMiddleware(
+        fast_path,
         api_key=settings.api_key,
         payload_limit=settings.payload_limit,
         metrics=engines.metrics,

@@ -53,30 +53,32 @@ def validation_message(errors: list[dict]) -> tuple[int, str, str | None]:
     return 422, "; ".join(parts) + more, param
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(EmberError)
-    async def _ember(_: Request, exc: EmberError) -> Response:
+def exception_response(exc: Exception) -> Response:
+    """Any exception as an OpenAI-shaped error response: FastAPI's handlers and the model
+    routes' fast path both answer through here."""
+    if isinstance(exc, EmberError):
         if exc.status_code >= 500:
             log.error("%s: %s", type(exc).__name__, exc.message)
         return ember_error_response(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> Response:
+    if isinstance(exc, RequestValidationError):
         status, message, param = validation_message(list(exc.errors()))
         return error_response(status, error_body(message, "invalid_request_error", status, param))
-
-    @app.exception_handler(HTTPException)
-    async def _http(_: Request, exc: HTTPException) -> Response:
+    if isinstance(exc, HTTPException):
         kind = _HTTP_TYPES.get(exc.status_code, "invalid_request_error")
         return error_response(
             exc.status_code,
             error_body(str(exc.detail), kind, exc.status_code),
             getattr(exc, "headers", None),
         )
+    log.error("unhandled error", exc_info=exc)
+    return error_response(
+        500, error_body(f"internal error: {type(exc).__name__}", "server_error", 500)
+    )
 
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> Response:
-        log.exception("unhandled error")
-        return error_response(
-            500, error_body(f"internal error: {type(exc).__name__}", "server_error", 500)
-        )
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def handle(_: Request, exc: Exception) -> Response:
+        return exception_response(exc)
+
+    for kind in (EmberError, RequestValidationError, HTTPException, Exception):
+        app.add_exception_handler(kind, handle)

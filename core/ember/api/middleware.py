@@ -36,6 +36,16 @@ OPEN_PATHS = frozenset(
 )
 
 
+def replay_receive(messages: list[Message], receive: Receive) -> Receive:
+    """A ``receive`` that hands out messages already read, then the live ones."""
+    pending = iter(messages)
+
+    async def replayed() -> Message:
+        return next(pending, None) or await receive()
+
+    return replayed
+
+
 class EdgeMiddleware:
     def __init__(
         self,
@@ -111,12 +121,7 @@ class EdgeMiddleware:
             chunks.append(message)
             if not message.get("more_body", False):
                 break
-        replay = iter(chunks)
-
-        async def replayed() -> Message:
-            return next(replay, None) or await receive()
-
-        return replayed
+        return replay_receive(chunks, receive)
 
     def _too_large(self, size: int) -> str:
         return f"request body of {size} bytes is over --payload-limit {self.payload_limit}"

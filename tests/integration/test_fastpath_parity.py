@@ -1,0 +1,72 @@
+"""Every model route answers the same through the fast path as through FastAPI's stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from ember.api.app import ROUTES, create_app
+from ember.config import settings_from_env
+from ember.engine import EngineArray
+
+VOLATILE = {"id", "created"}  # differ between any two calls
+
+BODIES: dict[str, dict[str, Any]] = {
+    "/v1/embeddings": {"model": "minilm", "input": ["a cat", "a dog on a mat"]},
+    "/embeddings": {"model": "minilm", "input": "one", "encoding_format": "base64"},
+    "/v1/rerank": {"model": "reranker", "query": "q", "documents": ["a", "b c"], "top_n": 1},
+    "/v2/rerank": {"model": "reranker", "query": "q", "documents": ["a", "b c"]},
+    "/rerank": {"model": "reranker", "query": "q", "texts": ["a", "b c"], "return_text": True},
+    "/classify": {"model": "classifier", "input": ["good", "bad movie"]},
+    "/predict": {"model": "classifier", "inputs": "good"},
+    "/embed": {"model": "minilm", "inputs": ["hi", "there"], "dimensions": 32},
+    "/tokenize": {"model": "minilm", "inputs": "hello world"},
+}
+
+
+def _stable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _stable(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [_stable(v) for v in value]
+    if isinstance(value, float):
+        return round(value, 5)
+    return value
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def engines(minilm_path: Path, tiny_reranker_path: Path, tiny_classifier_path: Path) -> Any:
+    settings = settings_from_env(
+        model_id=f"{minilm_path};{tiny_reranker_path};{tiny_classifier_path}",
+        served_model_name="minilm;reranker;classifier",
+    )
+    array = EngineArray(settings.model_specs())
+    await array.start()
+    yield settings, array
+    await array.stop()
+
+
+def test_every_model_path_has_a_body() -> None:
+    assert {p for r in ROUTES for p in r.paths} == set(BODIES)
+
+
+@pytest.mark.asyncio(loop_scope="session")  # the loop the engines run on
+@pytest.mark.parametrize("path", sorted(BODIES))
+async def test_fast_path_matches_fastapi(engines: Any, path: str) -> None:
+    settings, array = engines
+    app = create_app(settings, array)
+    answers = []
+    for asgi in (app, app.framework):
+        transport = httpx.ASGITransport(app=asgi)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            good = await client.post(path, json=BODIES[path])
+            bad = await client.post(path, json={"model": "minilm", "nonsense": 1})
+        assert good.status_code == 200, good.text
+        assert "x-total-time" in good.headers
+        assert bad.status_code == 422 and bad.json()["error"]["type"] == "invalid_request_error"
+        answers.append((_stable(good.json()), bad.json()))
+    assert answers[0] == answers[1]
