@@ -55,6 +55,7 @@ if str(REPO) not in sys.path:
 
 from benchmarks import corpus as corpus_mod  # noqa: E402
 from benchmarks import loadgen  # noqa: E402
+from benchmarks.flops import ModelShape, model_shape  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 TMP = RESULTS / "tmp"  # gitignored: logs, exported models, caches
@@ -487,28 +488,6 @@ def matmul_peak_gflops(threads: int, seconds: float = 3.0, n: int = 2048) -> flo
         return 2 * n**3 / best / 1e9
     finally:
         torch.set_num_threads(old)
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What the FLOP formula needs, read from config.json and the safetensors header."""
-
-    params_non_embedding: int
-    n_layers: int
-    d_model: int
-
-    def flops(self, n_tokens: int) -> float:
-        p, layers, d = self.params_non_embedding, self.n_layers, self.d_model
-        return float(2 * p * n_tokens + 4 * layers * d * n_tokens * n_tokens)
-
-
-def model_shape(model: Path) -> ModelShape:
-    from safetensors import safe_open
-
-    config = json.loads((model / "config.json").read_text())
-    with safe_open(str(model / "model.safetensors"), "np") as f:
-        total = sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys() if ".layer." in k)
-    return ModelShape(total, int(config["num_hidden_layers"]), int(config["hidden_size"]))
 
 
 def cosine_worst(a: np.ndarray, b: np.ndarray) -> float:

@@ -16,7 +16,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from benchmarks import corpus, loadgen
+from benchmarks import corpus, flops, loadgen
 
 
 def test_corpus_is_deterministic_and_in_range() -> None:
@@ -171,5 +171,5 @@ def test_runner_slices_and_flops() -> None:
         bounds = [run.slice_bounds(n, parts, k) for k in range(parts)]
         assert bounds[0][0] == 0 and bounds[-1][1] == n
         assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
-    shape = run.ModelShape(params_non_embedding=1000, n_layers=2, d_model=8)
+    shape = flops.ModelShape(params_non_embedding=1000, n_layers=2, d_model=8)
     assert shape.flops(10) == 2 * 1000 * 10 + 4 * 2 * 8 * 10 * 10
