@@ -85,3 +85,68 @@ def test_cpu_forward_plan() -> None:
     assert cpu_forward_plan(0, cores=16) == (4, 4)
     assert cpu_forward_plan(1, cores=2) == (1, 2)
     assert cpu_forward_plan(8, cores=2) == (2, 1)
+
+
+class _SlowBackend:
+    """Zeros after a delay; records when forwards run."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.running = 0
+
+    def forward(self, batch):  # type: ignore[no-untyped-def]
+        import time
+
+        self.running += 1
+        time.sleep(self.delay)
+        self.running -= 1
+        return np.zeros((batch.input_ids.shape[0], 4), dtype=np.float32)
+
+
+async def test_heap_is_trimmed_once_per_idle_spell_never_mid_forward() -> None:
+    from ember.engine.batcher import Batcher
+    from ember.metrics import Metrics
+
+    backend = _SlowBackend(delay=0.6)
+    trims: list[int] = []
+    batcher = Batcher(
+        backend,  # type: ignore[arg-type]
+        name="m",
+        pad_id=0,
+        max_batch_tokens=1024,
+        max_batch_size=8,
+        max_queue_size=64,
+        metrics=Metrics(),
+        idle_trim_seconds=0.1,
+        trim=lambda: trims.append(backend.running),
+    )
+    batcher.start()
+    try:
+        await asyncio.sleep(0.3)
+        assert trims == []  # nothing ran yet: nothing to trim
+        futures = batcher.submit([Tokens([1, 2, 3], [0, 0, 0])])
+        await asyncio.sleep(0.25)
+        assert trims == []  # the queue sat empty past the idle wait, but a forward ran
+        await asyncio.gather(*futures)
+        await asyncio.sleep(0.6)
+        assert trims == [0]  # idle after the forward: one trim, with no forward running
+        await asyncio.sleep(0.3)
+        assert trims == [0]  # still idle: not again
+        await asyncio.gather(*batcher.submit([Tokens([1, 2], [0, 0])]))
+        await asyncio.sleep(0.6)
+        assert trims == [0, 0]  # a new idle spell after new work
+    finally:
+        await batcher.stop()
+
+
+def test_release_freed_memory_reports_glibc() -> None:
+    import platform
+
+    from ember.engine.memory import release_freed_memory
+
+    result = release_freed_memory()
+    assert isinstance(result, bool)
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        from ember.engine import memory
+
+        assert memory._MALLOC_TRIM is not None

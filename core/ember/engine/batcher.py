@@ -16,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ember.backends.base import Backend, TokenBatch
+from ember.engine.memory import IDLE_TRIM_SECONDS, release_freed_memory
 from ember.engine.tokenizer import Tokens
 from ember.errors import BackendFailure, Overloaded
 from ember.metrics import Metrics
@@ -118,6 +120,8 @@ class Batcher:
         metrics: Metrics,
         workers: int = 1,
         padding_slack: int = PADDING_SLACK_CPU,
+        idle_trim_seconds: float = IDLE_TRIM_SECONDS,
+        trim: Callable[[], object] = release_freed_memory,
     ) -> None:
         self.backend = backend
         self.name = name
@@ -127,6 +131,9 @@ class Batcher:
         self.max_queue_size = max_queue_size
         self.padding_slack = padding_slack
         self.metrics = metrics
+        self.idle_trim_seconds = idle_trim_seconds
+        self._trim = trim
+        self._ran_since_trim = False
         self._pending: list[WorkItem] = []
         self._in_flight = 0
         self._wake = asyncio.Event()
@@ -190,7 +197,7 @@ class Batcher:
         while True:
             if not self._pending:
                 self._wake.clear()
-                await self._wake.wait()
+                await self._until_work_or_idle(loop)
                 continue
             await self._slots.acquire()  # a worker is free: batch what is waiting now
             live = [it for it in self._pending if not it.future.done()]
@@ -201,10 +208,25 @@ class Batcher:
                 self._slots.release()
                 continue
             self._in_flight += len(batch)
+            self._ran_since_trim = True
             task = loop.create_task(self._forward(loop, batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
             self.metrics.queue_depth.labels(self.name).set(self.depth)
+
+    async def _until_work_or_idle(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait for work; once idle for ``idle_trim_seconds`` after some, trim the heap."""
+        if not self._ran_since_trim:
+            await self._wake.wait()
+            return
+        try:
+            await asyncio.wait_for(self._wake.wait(), self.idle_trim_seconds)
+        except asyncio.TimeoutError:
+            if not self._running:  # forwards still running: look again after the next wait
+                self._ran_since_trim = False
+                # On the default pool, not a forward thread: a request arriving now waits
+                # for no trim.
+                loop.run_in_executor(None, self._trim)
 
     async def _forward(self, loop: asyncio.AbstractEventLoop, batch: list[WorkItem]) -> None:
         live = [it for it in batch if not it.future.done()]  # cancelled while waiting
