@@ -4,7 +4,9 @@
 # 512-token mixes, as tokens/s and fractions of a measured bf16 GEMM and the data-sheet peak.
 # Needs a CUDA torch and Ember's core requirements in the Python it runs (PYTHON, default
 # python3); the ONNX row needs onnxruntime-gpu, the padding-free attention row flash-attn.
-# Arguments go to benchmarks/gpu_bench.py (e.g. --json out.json).
+# With TensorRT present, ORT builds an engine per batch shape and the onnx row runs slow.
+# Rows print as measured (a later failure keeps them); arguments go to
+# benchmarks/gpu_bench.py (e.g. --json out.json, rewritten after every row).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}

@@ -35,7 +35,6 @@ from benchmarks.flops import ModelShape, model_shape  # noqa: E402
 from ember.backends.base import Backend, TokenBatch  # noqa: E402
 from ember.engine.batcher import WorkItem, pad_batch, padding_slack_for, take_batch  # noqa: E402
 from ember.engine.tokenizer import Tokens  # noqa: E402
-from ember.errors import EmberError  # noqa: E402
 
 BGE_BASE = {
     "vocab_size": 30522,
@@ -219,7 +218,24 @@ def main() -> None:
     rng = random.Random(0)
     gemm = gemm_peak_tflops(args.device)
     peak = device_peak(args.device, args.peak_tflops)
+    print(f"device {args.device}; measured GEMM {gemm:.1f} TFLOP/s; data-sheet peak {peak}")
+    print("| path | mix | runs on | tokens/s | padding | TFLOP/s | of GEMM | of peak | status |")
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
     rows: list[Row] = []
+
+    def report(row: Row) -> None:
+        """Each row as soon as it is measured: a later failure or timeout keeps it."""
+        rows.append(row)
+        print(
+            f"| {row.path} | {row.mix} | {row.runs_on} | {row.tokens_per_s:,.0f} | "
+            f"{row.padding_share:.1%} | {row.tflops:.2f} | {row.frac_gemm:.1%} | "
+            f"{row.frac_peak:.1%} | {row.status} |",
+            flush=True,
+        )
+        if args.json:
+            body = {"gemm_tflops": gemm, "peak_tflops": peak, "rows": [asdict(r) for r in rows]}
+            args.json.write_text(json.dumps(body, indent=1))
+
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model(Path(tmp) / "model", config)
         shape = model_shape(model_dir)
@@ -227,46 +243,30 @@ def main() -> None:
         for path in paths:
             try:
                 backend = load(model_dir, path, args.device, Path(tmp) / "cache")
-            except (EmberError, ImportError) as exc:
-                rows += [Row(path, m, f"not run: {exc}") for m in MIXES]
+            except Exception as exc:  # a path that cannot load says why; the others still run
+                for mix in MIXES:
+                    report(Row(path, mix, f"not run: {type(exc).__name__}: {exc}"))
                 continue
             details = backend.info.details
             runs_on = details.get("attention") or details.get("providers", "")
+            if args.device == "cuda" and path.startswith("onnx") and "CUDA" not in runs_on:
+                # onnxruntime fell back to the CPU provider: hours of fp16 work on a CPU.
+                for mix in MIXES:
+                    report(Row(path, mix, f"not run: no CUDA provider loaded ({runs_on})"))
+                backend.close()
+                continue
             for mix, texts in mixes.items():
                 batches = plan_batches(
                     texts, args.device, args.max_batch_tokens, args.max_batch_size
                 )
-                tps, pad, tflops = measure(backend, batches, shape, args.repeats)
-                rows.append(
-                    Row(
-                        path,
-                        mix,
-                        "ok",
-                        runs_on,
-                        tps,
-                        pad,
-                        tflops,
-                        tflops / gemm,
-                        tflops / peak if peak else 0.0,
-                    )
-                )
+                try:
+                    tps, pad, tflops = measure(backend, batches, shape, args.repeats)
+                except Exception as exc:  # e.g. out of memory at the 512 mix
+                    report(Row(path, mix, f"failed: {type(exc).__name__}: {exc}", runs_on))
+                    continue
+                frac_peak = tflops / peak if peak else 0.0
+                report(Row(path, mix, "ok", runs_on, tps, pad, tflops, tflops / gemm, frac_peak))
             backend.close()
-    print(f"device {args.device}; measured GEMM {gemm:.1f} TFLOP/s; data-sheet peak {peak}")
-    print("| path | mix | runs on | tokens/s | padding | TFLOP/s | of GEMM | of peak | status |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(
-            f"| {r.path} | {r.mix} | {r.runs_on} | {r.tokens_per_s:,.0f} | "
-            f"{r.padding_share:.1%} | {r.tflops:.2f} | {r.frac_gemm:.1%} | "
-            f"{r.frac_peak:.1%} | {r.status} |"
-        )
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {"gemm_tflops": gemm, "peak_tflops": peak, "rows": [asdict(r) for r in rows]},
-                indent=1,
-            )
-        )
 
 
 if __name__ == "__main__":

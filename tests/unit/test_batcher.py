@@ -150,3 +150,30 @@ def test_release_freed_memory_reports_glibc() -> None:
         from ember.engine import memory
 
         assert memory._MALLOC_TRIM is not None
+
+
+async def test_stop_is_not_lost_when_work_arrives_in_the_same_step() -> None:
+    """stop() cancels the loop task while submit() wakes it: the task must still end."""
+    from ember.engine.batcher import Batcher
+    from ember.metrics import Metrics
+
+    batcher = Batcher(
+        _SlowBackend(delay=0.0),  # type: ignore[arg-type]
+        name="m",
+        pad_id=0,
+        max_batch_tokens=1024,
+        max_batch_size=8,
+        max_queue_size=64,
+        metrics=Metrics(),
+        idle_trim_seconds=5.0,
+        trim=lambda: None,
+    )
+    batcher.start()
+    await asyncio.gather(*batcher.submit([Tokens([1, 2], [0, 0])]))
+    await asyncio.sleep(0.05)  # the loop now waits for work or the idle trim
+    batcher.submit([Tokens([1, 2], [0, 0])])  # wakes it in this step ...
+    stopping = asyncio.ensure_future(batcher.stop())  # ... and stop() cancels it in the same one
+    done, _ = await asyncio.wait({stopping}, timeout=3.0)  # a hang, not a speed, is the failure
+    if not done:
+        stopping.cancel()
+    assert stopping in done

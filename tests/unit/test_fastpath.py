@@ -123,3 +123,28 @@ async def test_json_with_charset_is_fast() -> None:
     ctype = b"application/json; charset=utf-8"
     status, _ = await call(fast_path(rec), [b'{"input": ["a"]}'], content_type=ctype)
     assert status == 200 and rec.ran
+
+
+async def test_client_gone_before_its_body_ended_is_a_499() -> None:
+    rec = Recorder()
+    sent: list[Message] = []
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/embeddings",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json")],
+    }
+    messages: list[Message] = [
+        {"type": "http.request", "body": b'{"input": ', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> Message:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await fast_path(rec)(scope, receive, send)
+    assert sent[0]["status"] == 499 and not rec.ran and not rec.fallback_bodies

@@ -19,8 +19,9 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import State
 
-from ember.api.errors import exception_response
+from ember.api.errors import error_response, exception_response
 from ember.api.middleware import ASGIApp, Message, Receive, Scope, Send, replay_receive
+from ember.errors import error_body
 
 # (state, receive, operation, parsed body) -> response; ember.api.app.run_operation.
 Runner = Callable[[State, Receive, Any, Any], Awaitable[Any]]
@@ -71,8 +72,10 @@ class ModelRouteFastPath:
             await self.fallback(scope, receive, send)
             return
         messages, body = await _read_body(receive)
-        if messages[-1]["type"] != "http.request":
-            return  # the client left before sending its body
+        if messages[-1]["type"] != "http.request":  # the client left before its body ended
+            response = error_response(499, error_body("client disconnected", "client_closed", 499))
+            await response(scope, receive, send)  # dropped by the server; counted as 499
+            return
         try:
             parsed = route.adapter.validate_json(body)
         except ValidationError:

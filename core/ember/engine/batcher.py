@@ -108,6 +108,9 @@ def pad_batch(tokens: list[Tokens], pad_id: int) -> TokenBatch:
 
 
 class Batcher:
+    # Forward passes running in this process, over every model: a heap trim waits for none.
+    forwards_running = 0
+
     def __init__(
         self,
         backend: Backend,
@@ -215,18 +218,25 @@ class Batcher:
             self.metrics.queue_depth.labels(self.name).set(self.depth)
 
     async def _until_work_or_idle(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait for work; once idle for ``idle_trim_seconds`` after some, trim the heap."""
+        """Wait for work; once idle for ``idle_trim_seconds`` after some, trim the heap.
+
+        The trim (about 20 ms for a torch MiniLM heap) runs only while no forward of any
+        model runs; a request arriving during it may wait that long for the heap lock.
+        """
         if not self._ran_since_trim:
             await self._wake.wait()
             return
+        # asyncio.wait, not wait_for: on Python < 3.12 wait_for can swallow stop()'s
+        # cancellation when the event fires in the same loop step.
+        waiter = asyncio.ensure_future(self._wake.wait())
         try:
-            await asyncio.wait_for(self._wake.wait(), self.idle_trim_seconds)
-        except asyncio.TimeoutError:
-            if not self._running:  # forwards still running: look again after the next wait
-                self._ran_since_trim = False
-                # On the default pool, not a forward thread: a request arriving now waits
-                # for no trim.
-                loop.run_in_executor(None, self._trim)
+            done, _ = await asyncio.wait({waiter}, timeout=self.idle_trim_seconds)
+        finally:
+            waiter.cancel()
+        if done or self._pending or Batcher.forwards_running:
+            return  # work came, or forwards still run: look again after the next wait
+        self._ran_since_trim = False
+        loop.run_in_executor(None, self._trim)  # the default pool: no forward thread waits
 
     async def _forward(self, loop: asyncio.AbstractEventLoop, batch: list[WorkItem]) -> None:
         live = [it for it in batch if not it.future.done()]  # cancelled while waiting
@@ -236,6 +246,7 @@ class Batcher:
             return
         arrays = pad_batch([it.tokens for it in live], self.pad_id)
         started = time.perf_counter()
+        Batcher.forwards_running += 1
         try:
             out = await loop.run_in_executor(self._executor, self.backend.forward, arrays)
         except Exception as exc:  # any backend error fails this batch only
@@ -253,6 +264,7 @@ class Batcher:
                 if not it.future.done():
                     it.future.set_result(RowResult(out[row], started - it.enqueued_at, forward_s))
         finally:
+            Batcher.forwards_running -= 1
             self._slots.release()
             self._in_flight -= len(live)
             self.metrics.queue_depth.labels(self.name).set(self.depth)
