@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 
 import numpy as np
 
@@ -103,12 +104,10 @@ class _SlowBackend:
         return np.zeros((batch.input_ids.shape[0], 4), dtype=np.float32)
 
 
-async def test_heap_is_trimmed_once_per_idle_spell_never_mid_forward() -> None:
+def _started_batcher(backend: _SlowBackend, idle_trim_seconds: float, trim: Callable[[], object]):  # type: ignore[no-untyped-def]
     from ember.engine.batcher import Batcher
     from ember.metrics import Metrics
 
-    backend = _SlowBackend(delay=0.6)
-    trims: list[int] = []
     batcher = Batcher(
         backend,  # type: ignore[arg-type]
         name="m",
@@ -117,10 +116,17 @@ async def test_heap_is_trimmed_once_per_idle_spell_never_mid_forward() -> None:
         max_batch_size=8,
         max_queue_size=64,
         metrics=Metrics(),
-        idle_trim_seconds=0.1,
-        trim=lambda: trims.append(backend.running),
+        idle_trim_seconds=idle_trim_seconds,
+        trim=trim,
     )
     batcher.start()
+    return batcher
+
+
+async def test_heap_is_trimmed_once_per_idle_spell_never_mid_forward() -> None:
+    backend = _SlowBackend(delay=0.6)
+    trims: list[int] = []
+    batcher = _started_batcher(backend, 0.1, lambda: trims.append(backend.running))
     try:
         await asyncio.sleep(0.3)
         assert trims == []  # nothing ran yet: nothing to trim
@@ -154,21 +160,7 @@ def test_release_freed_memory_reports_glibc() -> None:
 
 async def test_stop_is_not_lost_when_work_arrives_in_the_same_step() -> None:
     """stop() cancels the loop task while submit() wakes it: the task must still end."""
-    from ember.engine.batcher import Batcher
-    from ember.metrics import Metrics
-
-    batcher = Batcher(
-        _SlowBackend(delay=0.0),  # type: ignore[arg-type]
-        name="m",
-        pad_id=0,
-        max_batch_tokens=1024,
-        max_batch_size=8,
-        max_queue_size=64,
-        metrics=Metrics(),
-        idle_trim_seconds=5.0,
-        trim=lambda: None,
-    )
-    batcher.start()
+    batcher = _started_batcher(_SlowBackend(delay=0.0), 5.0, lambda: None)
     await asyncio.gather(*batcher.submit([Tokens([1, 2], [0, 0])]))
     await asyncio.sleep(0.05)  # the loop now waits for work or the idle trim
     batcher.submit([Tokens([1, 2], [0, 0])])  # wakes it in this step ...
