@@ -70,3 +70,26 @@ async def test_fast_path_matches_fastapi(engines: Any, path: str) -> None:
         assert bad.status_code == 422 and bad.json()["error"]["type"] == "invalid_request_error"
         answers.append((_stable(good.json()), bad.json()))
     assert answers[0] == answers[1]
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_mounted_under_a_prefix(engines: Any) -> None:
+    """Mounted (as adapters may), open paths stay open and model routes keep the fast path."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    settings, array = engines
+    keyed = settings.model_copy(update={"api_key": "k"})
+    outer = Starlette(routes=[Mount("/prefix", app=create_app(keyed, array))])
+    transport = httpx.ASGITransport(app=outer)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        assert (await client.get("/prefix/health")).status_code == 200
+        body = BODIES["/v1/embeddings"]
+        denied = await client.post("/prefix/v1/embeddings", json=body)
+        assert denied.status_code == 401
+        auth = {"Authorization": "Bearer k"}
+        good = await client.post("/prefix/v1/embeddings", json=body, headers=auth)
+        assert good.status_code == 200 and len(good.json()["data"]) == 2
+        metrics = (await client.get("/prefix/metrics")).text
+    assert 'route="/v1/embeddings",status="200"' in metrics
+    assert 'route="/health"' in metrics

@@ -20,7 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import State
 
 from ember.api.errors import error_response, exception_response
-from ember.api.middleware import ASGIApp, Message, Receive, Scope, Send, replay_receive
+from ember.api.middleware import ASGIApp, Message, Receive, Scope, Send, replay_receive, route_path
 from ember.errors import error_body
 
 # (state, receive, operation, parsed body) -> response; ember.api.app.run_operation.
@@ -38,12 +38,6 @@ def _json_content(scope: Scope) -> bool:
         if name == b"content-type":
             return value.split(b";", 1)[0].strip().lower() == b"application/json"
     return False
-
-
-def _route_path(scope: Scope) -> str:
-    path: str = scope["path"]
-    root: str = scope.get("root_path", "")
-    return path[len(root) :] if root and path.startswith(root) else path
 
 
 class ModelRouteFastPath:
@@ -67,7 +61,7 @@ class ModelRouteFastPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = None
         if scope["type"] == "http" and scope["method"] == "POST" and _json_content(scope):
-            route = self.routes.get(_route_path(scope))
+            route = self.routes.get(route_path(scope))
         if route is None:
             await self.fallback(scope, receive, send)
             return

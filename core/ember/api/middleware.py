@@ -36,6 +36,13 @@ OPEN_PATHS = frozenset(
 )
 
 
+def route_path(scope: Scope) -> str:
+    """The path the app routes on: without the prefix it is mounted under (``root_path``)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
 def replay_receive(messages: list[Message], receive: Receive) -> Receive:
     """A ``receive`` that hands out messages already read, then the live ones."""
     pending = iter(messages)
@@ -66,7 +73,7 @@ class EdgeMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope["path"]
+        path = route_path(scope)
         route = path if path in self.known_paths() else "unmatched"
         status_seen = {"status": 500}
 
