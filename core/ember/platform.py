@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from ember.api import operations as ops
 from ember.api import schemas as s
@@ -42,7 +42,6 @@ __all__ = [
 ]
 
 _BY_PATH: dict[str, ModelRoute] = {path: route for route in ROUTES for path in route.paths}
-_ADAPTERS: dict[str, TypeAdapter[Any]] = {}
 
 
 async def build_engines(settings: ServerSettings | None = None) -> EngineArray:
@@ -53,9 +52,8 @@ async def build_engines(settings: ServerSettings | None = None) -> EngineArray:
 
 
 def _parse(route: ModelRoute, payload: Any) -> Any:
-    adapter = _ADAPTERS.setdefault(route.paths[0], TypeAdapter(route.body))
     try:
-        return adapter.validate_python(payload)
+        return route.adapter.validate_python(payload)
     except ValidationError as exc:
         status, message, param = validation_message(
             [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]

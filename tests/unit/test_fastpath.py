@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 from starlette.datastructures import State
 from starlette.responses import Response
 
@@ -77,7 +77,8 @@ async def call(
 
 
 def fast_path(recorder: Recorder) -> ModelRouteFastPath:
-    routes = [("/v1/embeddings", Body, "embed-op"), ("/embeddings", Body, "embed-op")]
+    adapter = TypeAdapter(Body)
+    routes = [("/v1/embeddings", adapter, "embed-op"), ("/embeddings", adapter, "embed-op")]
     return ModelRouteFastPath(recorder.fallback, routes, State(), recorder.run)
 
 

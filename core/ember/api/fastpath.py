@@ -20,7 +20,15 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import State
 
 from ember.api.errors import error_response, exception_response
-from ember.api.middleware import ASGIApp, Message, Receive, Scope, Send, replay_receive, route_path
+from ember.api.middleware import (
+    ASGIApp,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+    replay_receive,
+    route_path,
+)
 from ember.errors import error_body
 
 # (state, receive, operation, parsed body) -> response; ember.api.app.run_operation.
@@ -44,19 +52,15 @@ class ModelRouteFastPath:
     def __init__(
         self,
         fallback: ASGIApp,
-        routes: Iterable[tuple[str, Any, Any]],
+        routes: Iterable[tuple[str, TypeAdapter[Any], Any]],
         state: State,
         run: Runner,
     ) -> None:
-        """``routes``: (path, body type, operation) for every model route."""
+        """``routes``: (path, body validator, operation) for every model route."""
         self.fallback = fallback
         self.state = state
         self.run = run
-        self.routes: dict[str, FastRoute] = {}
-        adapters: dict[int, TypeAdapter[Any]] = {}
-        for path, body_type, operation in routes:
-            adapter = adapters.setdefault(id(body_type), TypeAdapter(body_type))
-            self.routes[path] = FastRoute(adapter, operation)
+        self.routes = {path: FastRoute(adapter, op) for path, adapter, op in routes}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = None
@@ -65,7 +69,7 @@ class ModelRouteFastPath:
         if route is None:
             await self.fallback(scope, receive, send)
             return
-        messages, body = await _read_body(receive)
+        messages, body = await read_body(receive)
         if messages[-1]["type"] != "http.request":  # the client left before its body ended
             response = error_response(499, error_body("client disconnected", "client_closed", 499))
             await response(scope, receive, send)  # dropped by the server; counted as 499
@@ -81,13 +85,3 @@ class ModelRouteFastPath:
         except Exception as exc:
             response = exception_response(exc)
         await response(scope, receive, send)
-
-
-async def _read_body(receive: Receive) -> tuple[list[Message], bytes]:
-    messages: list[Message] = []
-    while True:
-        message = await receive()
-        messages.append(message)
-        if message["type"] != "http.request" or not message.get("more_body", False):
-            break
-    return messages, b"".join(m.get("body", b"") for m in messages)

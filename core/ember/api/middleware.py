@@ -43,6 +43,28 @@ def route_path(scope: Scope) -> str:
     return path[len(root) :] if root and path.startswith(root) else path
 
 
+def _too_large(size: int, limit: int) -> str:
+    return f"request body of {size} bytes is over --payload-limit {limit}"
+
+
+async def read_body(receive: Receive, limit: int | None = None) -> tuple[list[Message], bytes]:
+    """Every message of the request body (ending early at a disconnect) and the body bytes;
+    past ``limit`` bytes, PayloadTooLarge as soon as that shows."""
+    messages: list[Message] = []
+    size = 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        size += len(message.get("body", b""))
+        if limit is not None and size > limit:
+            raise PayloadTooLarge(_too_large(size, limit))
+        if not message.get("more_body", False):
+            break
+    return messages, b"".join(m.get("body", b"") for m in messages)
+
+
 def replay_receive(messages: list[Message], receive: Receive) -> Receive:
     """A ``receive`` that hands out messages already read, then the live ones."""
     pending = iter(messages)
@@ -112,23 +134,9 @@ class EdgeMiddleware:
                 declared = int(value) if value.isdigit() else None
         if declared is not None:
             if declared > self.payload_limit:
-                raise PayloadTooLarge(self._too_large(declared))
+                raise PayloadTooLarge(_too_large(declared, self.payload_limit))
             return receive
         if scope.get("method") in ("GET", "HEAD"):
             return receive
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                chunks.append(message)
-                break
-            size += len(message.get("body", b""))
-            if size > self.payload_limit:
-                raise PayloadTooLarge(self._too_large(size))
-            chunks.append(message)
-            if not message.get("more_body", False):
-                break
+        chunks, _ = await read_body(receive, self.payload_limit)
         return replay_receive(chunks, receive)
-
-    def _too_large(self, size: int) -> str:
-        return f"request body of {size} bytes is over --payload-limit {self.payload_limit}"
