@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -173,3 +176,41 @@ def test_runner_slices_and_flops() -> None:
         assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
     shape = flops.ModelShape(params_non_embedding=1000, n_layers=2, d_model=8)
     assert shape.flops(10) == 2 * 1000 * 10 + 4 * 2 * 8 * 10 * 10
+
+
+_ALLOCATE_ON_ENTER = """
+import sys
+print("started", flush=True)
+sys.stdin.readline()
+held = bytearray({mib} << 20)
+for i in range(0, len(held), 4096):
+    held[i] = 1
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")
+def test_peak_rss_covers_the_block_not_start_up() -> None:
+    """A 200 MiB start-up spike is forgotten; 96 MiB touched inside the block is counted."""
+    from benchmarks import run
+
+    code = "x = bytearray(200 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\ndel x\n"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code + _ALLOCATE_ON_ENTER.format(mib=96)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdin and child.stdout
+    try:
+        assert child.stdout.readline().strip() == "started"  # the spike is over
+        with run.PeakRss([child.pid]) as peak:
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "held"
+        mib = peak.peak[child.pid] / 2**20
+        assert 96 <= mib < 200, mib
+    finally:
+        child.kill()
+        child.wait()
