@@ -622,7 +622,7 @@ def run_session(
             )
         parts: dict[tuple[str, str], list[loadgen.LoadResult]] = {}
         st_parts: list[tuple[list[int], float, bool]] = []
-        with PeakRss([x.proc.pid for x in up if x.proc]) as sampler:
+        with PeakRss([x.proc.pid for x in up if x.proc]) as peak:
             for k in range(bench.slices):
                 rotation = up[k % len(up) :] + up[: k % len(up)] if up else []
                 for load in loads:
@@ -640,9 +640,9 @@ def run_session(
                         parts.setdefault((x.server.name, load), []).append(res)
                     if load == "a" and st_encoder is not None:
                         st_parts.append(st_slice(st_encoder, bench, k))
-            for x in up:
-                assert x.proc is not None
-                x.row["peak_rss_mib"] = round(sampler.peak[x.proc.pid] / 2**20, 1)
+        for x in up:
+            assert x.proc is not None
+            x.row["peak_rss_mib"] = round(peak.peak[x.proc.pid] / 2**20, 1)
         for x in up:
             x.row["loads"] = {
                 load: loadgen.merge_results(parts[(x.server.name, load)]).summary()
@@ -825,7 +825,7 @@ def markdown(result: dict[str, Any]) -> str:
         "- Cold start: process start to first 200 from the readiness route (Ember `/ready`, "
         "Infinity `/health`), model load and the server's own warm-up included, measured "
         "with the servers started before it idle. RSS: process tree; idle = after warm-up, "
-        "peak = sampled every 50 ms during loads (a)-(c).",
+        "peak = the kernel's high-water mark (VmHWM, reset after warm-up) over loads (a)-(c).",
         "- Rerank (d): a MiniLM-L6 cross-encoder with an untrained seeded head (same compute "
         "as ms-marco-MiniLM-L-6-v2), in a second session; docs/s = documents scored per second.",
         "- ×inf best: throughput ÷ the best Infinity engine of this run (c: its p50 ÷ ours); "

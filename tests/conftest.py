@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +15,11 @@ from tests.support import ServerProcess, start_server
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# `--backend auto` exports ONNX graphs: keep this run's out of the user's ~/.cache/ember
+# (servers and examples started by the tests inherit it).
+if "EMBER_CACHE_DIR" not in os.environ:
+    os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="ember-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["EMBER_CACHE_DIR"], ignore_errors=True)
 
 API_KEY = "test-key-123"
 

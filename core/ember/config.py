@@ -19,7 +19,7 @@ from ember.errors import ConfigError
 from ember.models.spec import POOLINGS, TASKS, ModelSpec
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
-BACKENDS = ("torch", "onnx", "ct2", "neuron")
+BACKENDS = ("auto", "torch", "onnx", "ct2", "neuron")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16", "int8")
 
@@ -56,7 +56,11 @@ class ServerSettings(BaseSettings):
     task: str | None = _per_model(
         "auto|embed|rerank|classify; auto detects from config.json.", "auto"
     )
-    backend: str | None = _per_model("torch|onnx|ct2|neuron.", "torch")
+    backend: str | None = _per_model(
+        "auto|torch|onnx|ct2|neuron; auto is onnx on CPU when onnxruntime is installed, "
+        "else torch (an `ember export` directory: the backend that wrote it).",
+        "auto",
+    )
     device: str | None = _per_model("auto|cpu|cuda|mps.", "auto")
     dtype: str | None = _per_model(
         "auto|float32|float16|bfloat16|int8; auto is float32 on CPU, float16 on CUDA.", "auto"
@@ -134,7 +138,7 @@ class ServerSettings(BaseSettings):
             model_id=pick("model_id") or "",
             served_model_name=pick("served_model_name"),
             task=None if task == "auto" else task,  # type: ignore[arg-type]
-            backend=_choice("backend", pick("backend") or "torch", BACKENDS),
+            backend=_choice("backend", pick("backend") or "auto", BACKENDS),
             device=_choice("device", pick("device") or "auto", DEVICES),
             dtype=_choice("dtype", pick("dtype") or "auto", DTYPES),
             pooling=None if pooling == "auto" else pooling,  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ QUERY = "what is a dense retriever?"
 # rank correlation and probability atol (int8, where random weights make int8 noise large).
 CASES = [
     # backend, dtype, worst cos, mean cos, logit atol, rerank corr, prob atol
+    ("torch", "float32", 0.9999, 0.9999, 1e-4, None, 1e-4),
     ("onnx", "float32", 0.9999, 0.9999, 1e-4, None, 1e-4),
     ("ct2", "float32", 0.9999, 0.9999, 1e-4, None, 1e-4),
     # ORT dynamic int8 on attention-out/FFN-out MatMuls only (see onnx_backend).

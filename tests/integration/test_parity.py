@@ -32,6 +32,8 @@ def test_embeddings_match_sentence_transformers(engine: SyncEngineArray, minilm_
         TEXTS, batch_size=8, convert_to_numpy=True
     )
     ours = engine.embed(TEXTS, model="minilm")
+    # No --backend: this is the default path, whichever backend auto chose here.
+    assert engine.engines.get("minilm").backend.info.details["chosen"].startswith("auto: ")
     assert ours.shape == reference.shape == (len(TEXTS), 384)
     cosine = (ours * reference).sum(1) / (
         np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1)

@@ -88,8 +88,13 @@ def test_token_id_input(server: ServerProcess, reference) -> None:
 
 
 def test_models_list(oai: openai.OpenAI) -> None:
-    ids = [m.id for m in oai.models.list().data]
-    assert ids == ["minilm", "reranker", "classifier"]
+    models = oai.models.list().data
+    assert [m.id for m in models] == ["minilm", "reranker", "classifier"]
+    # Started without --backend: each entry says what auto chose for it, and why.
+    for model in models:
+        extra = model.model_dump()
+        assert extra["backend"] in ("onnx", "torch")
+        assert extra["backend_details"]["chosen"].startswith("auto: ")
 
 
 def test_cohere_rerank(server: ServerProcess) -> None:

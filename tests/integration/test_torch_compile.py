@@ -22,7 +22,7 @@ def test_compiled_matches_eager_and_never_recompiles_while_serving(
 
     path = build_tiny_embedder(tmp_path / "embedder", pooling="mean")
     texts = mixed_texts(40)
-    with SyncEngineArray(model_id=str(path), device="cpu") as eager:
+    with SyncEngineArray(model_id=str(path), backend="torch", device="cpu") as eager:
         reference = eager.embed(texts)
         single_reference = eager.embed(texts[:1])
     with SyncEngineArray(model_id=str(path), device="cpu", torch_compile=True) as compiled:

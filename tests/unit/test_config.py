@@ -13,7 +13,7 @@ def test_defaults() -> None:
     settings = ServerSettings()
     assert settings.port == 7997
     (spec,) = settings.model_specs()
-    assert spec.model_id == "" and spec.backend == "torch" and spec.max_batch_tokens == 8192
+    assert spec.model_id == "" and spec.backend == "auto" and spec.max_batch_tokens == 8192
 
 
 def test_env_and_broadcast(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -178,6 +178,7 @@ def models_list(engines: EngineArray) -> dict[str, Any]:
                 backend=engine.backend.info.name,
                 device=engine.backend.info.device,
                 dtype=engine.backend.info.dtype,
+                backend_details=engine.backend.info.details,
                 max_input_length=engine.tokenizer.max_length if engine.tokenizer else None,
             )
         data.append(entry)

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import importlib
+import logging
+from dataclasses import replace
 
 from ember.backends.base import Backend, BackendInfo, TokenBatch
+from ember.backends.choice import AUTO, choose_backend
 from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel
+
+log = logging.getLogger(__name__)
 
 _MODULES = {
     "torch": "ember.backends.torch_backend",
@@ -20,7 +25,16 @@ __all__ = ["Backend", "BackendInfo", "TokenBatch", "load_backend"]
 
 def load_backend(model: ResolvedModel) -> Backend:
     name = model.spec.backend
+    reason = ""
+    if name == AUTO:
+        name, reason = choose_backend(model)
+        log.info("model %s: backend auto -> %s (%s)", model.served_name, name, reason)
+        model = replace(model, spec=replace(model.spec, backend=name))
     if name not in _MODULES:
-        raise ConfigError(f"unknown backend {name!r}; choose one of {', '.join(_MODULES)}")
+        raise ConfigError(f"unknown backend {name!r}; choose one of auto, {', '.join(_MODULES)}")
     module = importlib.import_module(_MODULES[name])
-    return module.load(model)
+    backend = module.load(model)
+    if reason:
+        details = {**backend.info.details, "chosen": f"auto: {reason}"}
+        backend.info = replace(backend.info, details=details)
+    return backend

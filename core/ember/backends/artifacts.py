@@ -90,7 +90,10 @@ def artifact_key(model: ResolvedModel, backend: str, options: Mapping[str, Any])
 
 def artifact_dir(model: ResolvedModel, backend: str, options: Mapping[str, Any]) -> Path:
     """The cache directory this model + options maps to (it may not exist yet)."""
-    tail = "_".join(model.served_name.rstrip("/").split("/")[-2:])  # org_name or dir_model
+    # Named after the source, not the served name: one model served under two names
+    # shares one artifact. The key alone identifies it; the name is for people.
+    source = model.spec.model_id or model.served_name
+    tail = "_".join(source.rstrip("/").split("/")[-2:])  # org_name or dir_model
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", tail).strip("_.")[-60:] or "model"
     return cache_root(model) / backend / f"{name}-{artifact_key(model, backend, options)}"
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends import artifacts
+from ember.backends import artifacts, isolated
 from ember.backends.base import BackendInfo, TokenBatch
 from ember.config import cpu_forward_plan, physical_cores
 from ember.errors import ConfigError, MissingDependency
@@ -257,7 +257,7 @@ def prepare(model: ResolvedModel, plan: Plan, progress: Progress | None = None) 
         return target
     say(f"converting {model.served_name} for CTranslate2 into {target} (first load only)")
     with artifacts.staging(target) as tmp:
-        convert(model, plan, tmp, say)
+        isolated.run(convert, model, plan, tmp, say)
     return target
 
 

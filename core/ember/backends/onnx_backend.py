@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends import artifacts
+from ember.backends import artifacts, isolated
 from ember.backends.base import BackendInfo, TokenBatch
 from ember.config import cpu_forward_plan, physical_cores
 from ember.errors import ConfigError, MissingDependency
@@ -425,7 +425,7 @@ def prepare(model: ResolvedModel, plan: Plan, progress: Progress | None = None) 
         fused_source = True
     say(f"building ONNX artifact for {model.served_name} in {target} (first load only)")
     with artifacts.staging(target) as tmp:
-        _build(model, plan, tmp, say, source, fused_source)
+        isolated.run(_build, model, plan, tmp, say, source, fused_source)
     return target / MODEL_FILE
 
 

@@ -19,7 +19,7 @@ class ModelSpec:
     model_id: str
     served_model_name: str | None = None
     task: Task | None = None  # None: detect from the model's files
-    backend: str = "torch"
+    backend: str = "auto"  # see ember.backends.choice
     device: str = "auto"
     dtype: str = "auto"
     pooling: Pooling | None = None  # None: from 1_Pooling/config.json

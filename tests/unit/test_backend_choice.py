@@ -1,0 +1,113 @@
+"""``--backend auto``: onnx on CPU with onnxruntime installed, torch otherwise, and an
+``ember export`` directory served by the backend that wrote it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ember.backends import choice, load_backend
+from ember.config import ServerSettings
+from ember.models.resolve import resolve_model
+from ember.models.spec import ModelSpec, ResolvedModel
+
+
+@pytest.fixture()
+def cpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No accelerator and onnxruntime present, whatever this machine has."""
+    monkeypatch.setattr(choice, "accelerator_visible", lambda: None)
+    monkeypatch.setattr(choice, "onnxruntime_installed", lambda: True)
+
+
+def _minilm(**spec: object) -> ResolvedModel:
+    return resolve_model(ModelSpec(model_id="", **spec))  # type: ignore[arg-type]
+
+
+def test_auto_is_the_default_everywhere() -> None:
+    assert ModelSpec(model_id="x").backend == "auto"
+    assert ServerSettings().model_specs()[0].backend == "auto"
+
+
+@pytest.mark.usefixtures("cpu_host")
+@pytest.mark.parametrize("dtype", ["auto", "float32", "int8"])
+@pytest.mark.parametrize("device", ["auto", "cpu"])
+def test_cpu_with_onnxruntime_gets_onnx(device: str, dtype: str) -> None:
+    assert choice.choose_backend(_minilm(device=device, dtype=dtype))[0] == "onnx"
+
+
+@pytest.mark.usefixtures("cpu_host")
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        ({"device": "cuda"}, "--device cuda"),
+        ({"dtype": "bfloat16"}, "--dtype bfloat16"),
+        ({"dtype": "float16"}, "--dtype float16"),
+        ({"torch_compile": True}, "--torch-compile"),
+        ({"trust_remote_code": True}, "remote-code"),
+    ],
+)
+def test_what_onnx_cannot_serve_as_asked_goes_to_torch(spec: dict, reason: str) -> None:
+    backend, why = choice.choose_backend(_minilm(**spec))
+    assert backend == "torch" and reason in why
+
+
+def test_a_visible_accelerator_goes_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(choice, "onnxruntime_installed", lambda: True)
+    monkeypatch.setattr(choice, "accelerator_visible", lambda: "cuda")
+    assert choice.choose_backend(_minilm()) == ("torch", "a cuda device is visible")
+    # An explicit --device cpu still gets the CPU engine.
+    assert choice.choose_backend(_minilm(device="cpu"))[0] == "onnx"
+
+
+def test_without_onnxruntime_torch_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(choice, "accelerator_visible", lambda: None)
+    monkeypatch.setattr(choice, "onnxruntime_installed", lambda: False)
+    backend, why = choice.choose_backend(_minilm())
+    assert backend == "torch" and "pip install 'ember[onnx]'" in why
+
+
+def test_accelerator_probe_matches_this_host() -> None:
+    """The probe reads device nodes, not torch; on a Linux host without NVIDIA nodes it
+    reports none (the CI machines), and it never imports torch."""
+    had_torch = "torch" in sys.modules
+    found = choice.accelerator_visible()
+    if sys.platform == "linux" and not Path("/dev/nvidiactl").exists():
+        assert found is None
+    assert ("torch" in sys.modules) == had_torch
+
+
+@pytest.mark.usefixtures("cpu_host")
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"ember_neuron.json": {}}, "neuron"),
+        ({"ember_artifact.json": {"backend": "ct2"}}, "ct2"),
+        ({"ember_artifact.json": {"backend": "onnx"}}, "onnx"),
+    ],
+)
+def test_an_export_directory_keeps_its_backend(
+    tmp_path: Path, files: dict[str, dict], expected: str
+) -> None:
+    model = _minilm()
+    exported = tmp_path / "exported"
+    shutil.copytree(model.path, exported)
+    for name, content in files.items():
+        (exported / name).write_text(json.dumps(content))
+    backend, why = choice.choose_backend(replace(model, path=exported))
+    assert backend == expected and f"--backend {expected}" in why
+
+
+@pytest.mark.usefixtures("cpu_host")
+def test_loaded_backend_reports_the_choice(tmp_path: Path) -> None:
+    """Through the real loader: /info's details say auto chose it, and why."""
+    backend = load_backend(_minilm(device="cpu", cache_dir=tmp_path))
+    try:
+        assert backend.info.name == "onnx"
+        assert backend.info.details["chosen"] == "auto: CPU with onnxruntime installed"
+    finally:
+        backend.close()
