@@ -93,9 +93,11 @@ def free_port() -> int:
 
 
 def ember_server(spec: str, python: str) -> ServerDef:
-    """``backend:dtype`` (e.g. ``torch:float32``, ``onnx:int8``) -> an `ember serve` run."""
+    """``backend:dtype`` (e.g. ``torch:float32``, ``onnx:int8``) -> an `ember serve` run;
+    ``auto`` is the default configuration (``--backend auto --dtype auto``)."""
     backend, _, dtype = spec.partition(":")
     dtype = dtype or "auto"
+    name = "ember-default" if (backend, dtype) == ("auto", "auto") else f"ember-{backend}-{dtype}"
 
     def argv(port: int, model: Path) -> list[str]:
         return [
@@ -107,9 +109,7 @@ def ember_server(spec: str, python: str) -> ServerDef:
         ]  # fmt: skip
 
     env = {"PYTHONPATH": str(REPO / "core"), "HF_HUB_OFFLINE": "1"}
-    return ServerDef(
-        f"ember-{backend}-{dtype}", "ember", argv, "/ready", "/v1/embeddings", "/v1/rerank", env
-    )
+    return ServerDef(name, "ember", argv, "/ready", "/v1/embeddings", "/v1/rerank", env)
 
 
 def infinity_server(spec: str, default_venv: Path) -> ServerDef:

@@ -13,26 +13,35 @@ from ember.engine import SyncEngineArray
 from tests.support import REPO
 
 
-@pytest.mark.parametrize("backend", ["onnx", "ct2"])
+@pytest.mark.parametrize(
+    ("backend", "dtype", "served_dtype", "min_cosine"),
+    [("onnx", "float32", "float32", 0.9999), ("ct2", "float32", "float32", 0.9999),
+     ("onnx", "int8", "int8", 0.99)],
+)  # fmt: skip
 def test_export_then_serve_from_the_artifact(
-    backend: str, tmp_path: Path, minilm_path: Path
-) -> None:
+    backend: str, dtype: str, served_dtype: str, min_cosine: float, tmp_path: Path,
+    minilm_path: Path,
+) -> None:  # fmt: skip
     out = tmp_path / "artifact"
     done = subprocess.run(
-        [sys.executable, "-m", "ember", "export", "--backend", backend, "--output", str(out)],
+        [sys.executable, "-m", "ember", "export", "--backend", backend, "--dtype", dtype,
+         "--output", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=REPO,
-    )
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"wrote {out}" in done.stdout
     cache = tmp_path / "cache"
-    with SyncEngineArray(
-        model_id=str(out), backend=backend, cache_dir=str(cache), device="cpu"
-    ) as ember:
+    # No --backend, no --dtype: the directory says what it is.
+    with SyncEngineArray(model_id=str(out), cache_dir=str(cache), device="cpu") as ember:
         vectors = ember.embed(["exported artifacts serve the same vectors"])
         info = ember.engines.get(None).backend.info
+    assert (info.name, info.dtype.split("_")[0]) == (backend, served_dtype)
+    assert info.details["chosen"].startswith(
+        f"auto: the directory is an `ember export --backend {backend}`"
+    )
     assert str(out) in info.details.get("artifact", "")  # loaded from the export itself
     assert not cache.exists() or not any(cache.rglob("*"))  # nothing converted at start
 
@@ -41,7 +50,7 @@ def test_export_then_serve_from_the_artifact(
     ref = SentenceTransformer(str(minilm_path), device="cpu").encode(
         ["exported artifacts serve the same vectors"]
     )
-    assert float((vectors * ref).sum() / np.linalg.norm(ref)) >= 0.9999
+    assert float((vectors * ref).sum() / np.linalg.norm(ref)) >= min_cosine
 
 
 def test_export_needs_a_known_backend() -> None:

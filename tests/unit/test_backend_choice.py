@@ -37,7 +37,9 @@ def test_auto_is_the_default_everywhere() -> None:
 @pytest.mark.parametrize("dtype", ["auto", "float32", "int8"])
 @pytest.mark.parametrize("device", ["auto", "cpu"])
 def test_cpu_with_onnxruntime_gets_onnx(device: str, dtype: str) -> None:
-    assert choice.choose_backend(_minilm(device=device, dtype=dtype))[0] == "onnx"
+    picked = choice.choose_backend(_minilm(device=device, dtype=dtype))
+    # Pinned to cpu: onnxruntime-gpu would otherwise pick its CUDA provider here.
+    assert (picked.backend, picked.device) == ("onnx", "cpu")
 
 
 @pytest.mark.usefixtures("cpu_host")
@@ -52,23 +54,23 @@ def test_cpu_with_onnxruntime_gets_onnx(device: str, dtype: str) -> None:
     ],
 )
 def test_what_onnx_cannot_serve_as_asked_goes_to_torch(spec: dict, reason: str) -> None:
-    backend, why = choice.choose_backend(_minilm(**spec))
-    assert backend == "torch" and reason in why
+    picked = choice.choose_backend(_minilm(**spec))
+    assert picked.backend == "torch" and reason in picked.reason
 
 
 def test_a_visible_accelerator_goes_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(choice, "onnxruntime_installed", lambda: True)
     monkeypatch.setattr(choice, "accelerator_visible", lambda: "cuda")
-    assert choice.choose_backend(_minilm()) == ("torch", "a cuda device is visible")
+    assert choice.choose_backend(_minilm()) == choice.Choice("torch", "a cuda device is visible")
     # An explicit --device cpu still gets the CPU engine.
-    assert choice.choose_backend(_minilm(device="cpu"))[0] == "onnx"
+    assert choice.choose_backend(_minilm(device="cpu")).backend == "onnx"
 
 
 def test_without_onnxruntime_torch_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(choice, "accelerator_visible", lambda: None)
     monkeypatch.setattr(choice, "onnxruntime_installed", lambda: False)
-    backend, why = choice.choose_backend(_minilm())
-    assert backend == "torch" and "pip install 'ember[onnx]'" in why
+    picked = choice.choose_backend(_minilm())
+    assert picked.backend == "torch" and "pip install 'ember[onnx]'" in picked.reason
 
 
 def test_accelerator_probe_matches_this_host() -> None:
@@ -83,23 +85,25 @@ def test_accelerator_probe_matches_this_host() -> None:
 
 @pytest.mark.usefixtures("cpu_host")
 @pytest.mark.parametrize(
-    ("files", "expected"),
+    ("manifest", "expected"),
     [
-        ({"ember_neuron.json": {}}, "neuron"),
-        ({"ember_artifact.json": {"backend": "ct2"}}, "ct2"),
-        ({"ember_artifact.json": {"backend": "onnx"}}, "onnx"),
+        # Where each `ember export` writes its manifest (see test_export for real ones).
+        ("ember_neuron.json", "neuron"),
+        ("ct2/ember_artifact.json", "ct2"),
+        ("ember_artifact.json", "onnx"),
     ],
 )
 def test_an_export_directory_keeps_its_backend(
-    tmp_path: Path, files: dict[str, dict], expected: str
+    tmp_path: Path, manifest: str, expected: str
 ) -> None:
     model = _minilm()
     exported = tmp_path / "exported"
     shutil.copytree(model.path, exported)
-    for name, content in files.items():
-        (exported / name).write_text(json.dumps(content))
-    backend, why = choice.choose_backend(replace(model, path=exported))
-    assert backend == expected and f"--backend {expected}" in why
+    (exported / manifest).parent.mkdir(exist_ok=True)
+    (exported / manifest).write_text(json.dumps({"backend": expected}))
+    picked = choice.choose_backend(replace(model, path=exported))
+    assert (picked.backend, picked.exported) == (expected, True)
+    assert f"--backend {expected}" in picked.reason
 
 
 @pytest.mark.usefixtures("cpu_host")
@@ -111,3 +115,25 @@ def test_loaded_backend_reports_the_choice(tmp_path: Path) -> None:
         assert backend.info.details["chosen"] == "auto: CPU with onnxruntime installed"
     finally:
         backend.close()
+
+
+@pytest.mark.usefixtures("cpu_host")
+def test_when_the_chosen_onnx_fails_torch_serves_and_says_why(tmp_path: Path) -> None:
+    """A cache dir that cannot be created (a file is in the way) fails the onnx build."""
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    backend = load_backend(_minilm(device="cpu", cache_dir=blocked / "cache"))
+    try:
+        assert backend.info.name == "torch"
+        chosen = backend.info.details["chosen"]
+        assert chosen.startswith("auto: CPU with onnxruntime installed, but onnx failed (")
+        assert chosen.endswith("), so torch")
+    finally:
+        backend.close()
+
+
+def test_an_explicit_backend_never_falls_back(tmp_path: Path) -> None:
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    with pytest.raises(OSError):
+        load_backend(_minilm(backend="onnx", device="cpu", cache_dir=blocked / "cache"))

@@ -12,10 +12,14 @@ import pytest
 
 from ember.backends import isolated
 from ember.errors import BackendFailure, ConfigError
+from ember.models.resolve import resolve_model
+from ember.models.spec import ModelSpec
 
 
-def _raise_config_error(message: str) -> None:
-    raise ConfigError(message)
+class _TwoArgError(Exception):
+    def __init__(self, message: str, value: object) -> None:
+        super().__init__(message)  # args lose `value`: unpickling calls __init__(message)
+        self.value = value
 
 
 @pytest.fixture()
@@ -38,9 +42,18 @@ def test_runs_in_another_process_and_returns_the_value() -> None:
 
 
 @pytest.mark.usefixtures("as_a_server")
-def test_the_childs_error_is_raised_here_with_its_type() -> None:
-    with pytest.raises(ConfigError, match="cannot convert this"):
-        isolated.run(_raise_config_error, "cannot convert this")
+def test_the_childs_error_is_raised_here_with_its_type(tmp_path: Path) -> None:
+    """A library function, not one of this module's: the child imports it by name."""
+    with pytest.raises(ConfigError, match=str(tmp_path)):
+        isolated.run(resolve_model, ModelSpec(model_id=str(tmp_path)))
+
+
+def test_an_error_that_does_not_unpickle_keeps_its_type_and_message() -> None:
+    portable = isolated._portable(_TwoArgError("trace failed", object()))
+    assert isinstance(portable, BackendFailure)
+    assert str(portable) == "_TwoArgError: trace failed"
+    config_error = ConfigError("kept as is")
+    assert isolated._portable(config_error) is config_error
 
 
 @pytest.mark.usefixtures("as_a_server")

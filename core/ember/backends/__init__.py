@@ -23,18 +23,34 @@ _MODULES = {
 __all__ = ["Backend", "BackendInfo", "TokenBatch", "load_backend"]
 
 
-def load_backend(model: ResolvedModel) -> Backend:
-    name = model.spec.backend
-    reason = ""
-    if name == AUTO:
-        name, reason = choose_backend(model)
-        log.info("model %s: backend auto -> %s (%s)", model.served_name, name, reason)
-        model = replace(model, spec=replace(model.spec, backend=name))
+def _load(name: str, model: ResolvedModel) -> Backend:
     if name not in _MODULES:
         raise ConfigError(f"unknown backend {name!r}; choose one of auto, {', '.join(_MODULES)}")
-    module = importlib.import_module(_MODULES[name])
-    backend = module.load(model)
-    if reason:
-        details = {**backend.info.details, "chosen": f"auto: {reason}"}
-        backend.info = replace(backend.info, details=details)
+    return importlib.import_module(_MODULES[name]).load(model)
+
+
+def load_backend(model: ResolvedModel) -> Backend:
+    if model.spec.backend != AUTO:
+        return _load(model.spec.backend, model)
+    choice = choose_backend(model)
+    log.info("model %s: backend auto -> %s (%s)", model.served_name, choice.backend, choice.reason)
+    spec = replace(model.spec, backend=choice.backend, device=choice.device or model.spec.device)
+    reason = choice.reason
+    try:
+        backend = _load(choice.backend, replace(model, spec=spec))
+    except Exception as exc:
+        if choice.backend == "torch" or choice.exported:
+            raise
+        # What auto picked for speed failed where torch may not: serve, and say why.
+        failure = f"{type(exc).__name__}: {str(exc)[:300]}"
+        log.warning(
+            "model %s: %s failed (%s); serving with torch",
+            model.served_name,
+            choice.backend,
+            failure,
+        )
+        reason = f"{reason}, but {choice.backend} failed ({failure}), so torch"
+        backend = _load("torch", replace(model, spec=replace(model.spec, backend="torch")))
+    details = {**backend.info.details, "chosen": f"auto: {reason}"}
+    backend.info = replace(backend.info, details=details)
     return backend

@@ -7,7 +7,8 @@ versions and the backend's options (dtype, optimisation level, ...). A changed i
 gives a new directory instead of a stale hit; old entries are left for the user to
 delete. Entries are built in a sibling temp dir and renamed into place when complete,
 so a crash or two processes loading at once never leave a half-written artifact that
-later loads would trust.
+later loads would trust. The build itself runs in a child process (``isolated``), so a
+server's first start does not keep the exporter's imports.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def artifact_dir(model: ResolvedModel, backend: str, options: Mapping[str, Any])
     """The cache directory this model + options maps to (it may not exist yet)."""
     # Named after the source, not the served name: one model served under two names
     # shares one artifact. The key alone identifies it; the name is for people.
-    source = model.spec.model_id or model.served_name
+    source = model.spec.model_id or str(model.path)
     tail = "_".join(source.rstrip("/").split("/")[-2:])  # org_name or dir_model
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", tail).strip("_.")[-60:] or "model"
     return cache_root(model) / backend / f"{name}-{artifact_key(model, backend, options)}"

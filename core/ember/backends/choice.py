@@ -10,16 +10,22 @@ cannot run the model as asked: an accelerator, a dtype ORT has no CPU kernels fo
 ``ember export`` is served by the backend that wrote it.
 
 The decision is made without importing torch or onnxruntime (``find_spec`` and device
-nodes only), so choosing costs nothing on the fast path it picks.
+nodes only), so choosing costs nothing on the fast path it picks. If the onnx build or
+load then fails (an architecture the exporter cannot trace, an unwritable cache), the
+loader falls back to torch and says so (``ember.backends.load_backend``).
 """
 
 from __future__ import annotations
 
+import os
+import platform
 import sys
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
 from ember.backends import artifacts
+from ember.backends.ct2_backend import SUBDIR as CT2_SUBDIR
 from ember.backends.neuron_backend import MANIFEST_NAME as NEURON_MANIFEST
 from ember.models.spec import ResolvedModel
 
@@ -27,12 +33,32 @@ AUTO = "auto"
 CPU_ONNX_DTYPES = ("auto", "float32", "int8")
 
 
+@dataclass(frozen=True)
+class Choice:
+    backend: str
+    reason: str
+    device: str | None = None  # pinned device, where the reason decided it
+    exported: bool = False  # an `ember export` directory: no fallback makes sense
+
+
 def accelerator_visible() -> str | None:
-    """The accelerator ``--device auto`` would give torch, found without importing it."""
+    """The accelerator ``--device auto`` would give torch, found without importing it.
+
+    Device nodes, not driver directories (a CPU-only container on a GPU node sees
+    /proc/driver/nvidia but no /dev/nvidiaN), and an empty or "-1" CUDA_VISIBLE_DEVICES
+    hides them as it does from torch.
+    """
     if sys.platform == "darwin":
-        return "mps"
-    if Path("/dev/nvidiactl").exists() or any(Path("/proc/driver/nvidia/gpus").glob("*")):
+        return "mps" if platform.machine() == "arm64" else None
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return None
+    dev = Path("/dev")
+    if any(dev.glob("nvidia[0-9]*")):
         return "cuda"
+    if (dev / "kfd").exists():  # ROCm: torch calls it cuda too
+        return "rocm"
+    if (dev / "dxg").exists():  # WSL2's GPU bridge
+        return "cuda (WSL2)"
     return None
 
 
@@ -40,25 +66,34 @@ def onnxruntime_installed() -> bool:
     return find_spec("onnxruntime") is not None and find_spec("onnx") is not None
 
 
-def choose_backend(model: ResolvedModel) -> tuple[str, str]:
-    """(backend, the reason in words) for ``model``, whose spec asks for ``auto``."""
+def _exported_by(path: Path) -> str | None:
+    """The backend whose `ember export` wrote ``path``, if one did."""
+    if (path / NEURON_MANIFEST).is_file():
+        return "neuron"
+    for manifest_dir in (path, path / CT2_SUBDIR):
+        backend = (artifacts.read_manifest(manifest_dir) or {}).get("backend")
+        if backend in ("onnx", "ct2"):
+            return str(backend)
+    return None
+
+
+def choose_backend(model: ResolvedModel) -> Choice:
+    """What serves ``model``, whose spec asks for ``auto``, and the reason in words."""
     spec = model.spec
-    if (model.path / NEURON_MANIFEST).is_file():
-        return "neuron", "the directory is an `ember export --backend neuron` artifact"
-    exported = artifacts.read_manifest(model.path) or {}
-    if exported.get("backend") in ("onnx", "ct2"):
-        name = exported["backend"]
-        return name, f"the directory is an `ember export --backend {name}` artifact"
+    if exported := _exported_by(model.path):
+        reason = f"the directory is an `ember export --backend {exported}` artifact"
+        return Choice(exported, reason, exported=True)
     if spec.device not in ("auto", "cpu"):
-        return "torch", f"--device {spec.device}"
+        return Choice("torch", f"--device {spec.device}")
     if spec.device == "auto" and (accelerator := accelerator_visible()):
-        return "torch", f"a {accelerator} device is visible"
+        return Choice("torch", f"a {accelerator} device is visible")
     if spec.dtype not in CPU_ONNX_DTYPES:
-        return "torch", f"--dtype {spec.dtype} has no ONNX Runtime CPU path"
+        return Choice("torch", f"--dtype {spec.dtype} has no ONNX Runtime CPU path")
     if spec.torch_compile:
-        return "torch", "--torch-compile asked for"
+        return Choice("torch", "--torch-compile asked for")
     if spec.trust_remote_code:
-        return "torch", "remote-code models may not export to ONNX"
+        return Choice("torch", "remote-code models may not export to ONNX")
     if not onnxruntime_installed():
-        return "torch", "onnxruntime is not installed (pip install 'ember[onnx]')"
-    return "onnx", "CPU with onnxruntime installed"
+        return Choice("torch", "onnxruntime is not installed (pip install 'ember[onnx]')")
+    # Pinned: onnxruntime-gpu lists its CUDA provider even where no GPU is attached.
+    return Choice("onnx", "CPU with onnxruntime installed", device="cpu")

@@ -98,17 +98,23 @@ def plan_for(model: ResolvedModel, ct2: Any) -> Plan:
     elif device not in ("cpu", "cuda"):
         raise ConfigError(f"the ct2 backend runs on cpu or cuda, not {device!r}")
     dtype = model.spec.dtype
-    if dtype == "auto":
-        dtype = "float16" if device == "cuda" else "float32"
-    mapping = {
-        "float32": "float32",
-        "float16": "float16",
-        "bfloat16": "bfloat16",
-        "int8": "int8_float16" if device == "cuda" else "int8_float32",
-    }
-    if dtype not in mapping:
-        raise ConfigError(f"the ct2 backend serves float32/float16/bfloat16/int8, not {dtype!r}")
-    compute = mapping[dtype]
+    exported = (artifacts.read_manifest(model.path / SUBDIR) or {}).get("compute_type")
+    if dtype == "auto" and exported:  # an `ember export` directory serves as exported
+        dtype = compute = str(exported)
+    else:
+        if dtype == "auto":
+            dtype = "float16" if device == "cuda" else "float32"
+        mapping = {
+            "float32": "float32",
+            "float16": "float16",
+            "bfloat16": "bfloat16",
+            "int8": "int8_float16" if device == "cuda" else "int8_float32",
+        }
+        if dtype not in mapping:
+            raise ConfigError(
+                f"the ct2 backend serves float32/float16/bfloat16/int8, not {dtype!r}"
+            )
+        compute = mapping[dtype]
     supported = set(ct2.get_supported_compute_types(device))
     if compute not in supported:
         raise ConfigError(

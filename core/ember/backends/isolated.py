@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import site
 import subprocess
 import sys
 import tempfile
@@ -29,18 +30,29 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-def _log_setup() -> tuple[str, bool]:
+def _log_setup() -> tuple[int, bool]:
     from ember.logs import JsonFormatter
 
     root = logging.getLogger()
     json_logs = any(isinstance(h.formatter, JsonFormatter) for h in root.handlers)
-    return logging.getLevelName(root.getEffectiveLevel()), json_logs
+    return root.getEffectiveLevel(), json_logs
 
 
 def worth_a_child() -> bool:
     """False once torch is imported here (an embedding app, a test run): the memory is
-    already spent, and a child would only add its own ~3 s of imports."""
-    return "torch" not in sys.modules and bool(sys.executable)
+    already spent, and a child would only add its own ~3 s of imports. False too where
+    the interpreter is embedded (uwsgi, mod_wsgi: ``sys.executable`` is not Python)."""
+    return "torch" not in sys.modules and "python" in Path(sys.executable or "").name.lower()
+
+
+def _child_env() -> dict[str, str]:
+    """This environment, plus the directory holding ``ember`` when it is not installed
+    (a source checkout on PYTHONPATH); an installed one is found without help."""
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[2])
+    if package_root not in site.getsitepackages() + [site.getusersitepackages()]:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), package_root) if p)
+    return env
 
 
 def run(function: Callable[..., T], *args: Any) -> T:
@@ -57,40 +69,47 @@ def run(function: Callable[..., T], *args: Any) -> T:
     except (pickle.PicklingError, AttributeError, TypeError) as exc:
         log.debug("building in-process: the job does not pickle (%s)", exc)
         return function(*args)
-    package_root = str(Path(__file__).resolve().parents[2])  # the dir holding `ember`
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     with tempfile.TemporaryDirectory(prefix="ember-build-") as tmp:
         job_file, result_file = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
         job_file.write_bytes(job)
         argv = [sys.executable, "-m", __name__, str(job_file), str(result_file)]
-        code = subprocess.run(argv, env=env, check=False).returncode
+        code = subprocess.run(argv, env=_child_env(), check=False).returncode
         if not result_file.is_file():
             raise BackendFailure(
                 f"the artifact build process ({function.__name__}) exited with status "
                 f"{code} and no result; its log is above"
             )
-        ok, value = pickle.loads(result_file.read_bytes())
+        try:
+            ok, value = pickle.loads(result_file.read_bytes())
+        except Exception as exc:
+            raise BackendFailure(f"the artifact build's result did not unpickle: {exc}") from exc
     if ok:
         return value
     raise value
+
+
+def _portable(exc: Exception) -> Exception:
+    """``exc`` if it survives a pickle round trip (some torch errors do not rebuild from
+    their args), else a BackendFailure that keeps its type and message."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return BackendFailure(f"{type(exc).__name__}: {exc}")
 
 
 def _main(job_file: str, result_file: str) -> int:
     function, args, (level, json_logs) = pickle.loads(Path(job_file).read_bytes())
     from ember.logs import configure_logging
 
-    configure_logging(level, json_logs)
+    configure_logging("info", json_logs)
+    logging.getLogger().setLevel(level)
     try:
         outcome: tuple[bool, Any] = (True, function(*args))
-    except Exception as exc:  # handed to the parent, which raises it
-        outcome = (False, exc)
-    try:
-        payload = pickle.dumps(outcome)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        exc = outcome[1]
-        payload = pickle.dumps((False, BackendFailure(f"{type(exc).__name__}: {exc}")))
-    Path(result_file).write_bytes(payload)
+    except Exception as exc:  # logged with its traceback here, raised in the parent
+        log.exception("artifact build failed")
+        outcome = (False, _portable(exc))
+    Path(result_file).write_bytes(pickle.dumps(outcome))
     return 0
 
 

@@ -125,7 +125,13 @@ def resolve_dtype(dtype: str, device: str) -> str:
 
 def plan_for(model: ResolvedModel, available: list[str]) -> Plan:
     device = resolve_device(model.spec.device, available)
-    dtype = resolve_dtype(model.spec.dtype, device)
+    dtype = model.spec.dtype
+    if dtype == "auto":  # an `ember export` directory serves as it was exported
+        source = find_onnx(model.path)
+        exported = artifacts.read_manifest(source.parent) if source is not None else None
+        if exported and exported.get("backend") == BACKEND and exported.get("dtype"):
+            dtype = str(exported["dtype"])
+    dtype = resolve_dtype(dtype, device)
     if device == "cpu":
         return Plan(device, dtype, ["CPUExecutionProvider"])
     providers: list[Any] = []

@@ -29,6 +29,7 @@ HUB_PATTERNS = [
     "1_Pooling/*",
     "*/config.json",
     "onnx/model.onnx",
+    "onnx/model.onnx_data",  # external weights of a graph over 2 GiB
 ]
 
 
