@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ember.engine import SyncEngineArray
+from ember.engine.batcher import PADDING_CPU
 from tests.texts import mixed_texts
 
 TEXTS = mixed_texts(60)
@@ -33,7 +34,10 @@ def test_embeddings_match_sentence_transformers(engine: SyncEngineArray, minilm_
     )
     ours = engine.embed(TEXTS, model="minilm")
     # No --backend: this is the default path, whichever backend auto chose here.
-    assert engine.engines.get("minilm").backend.info.details["chosen"].startswith("auto: ")
+    minilm = engine.engines.get("minilm")
+    assert minilm.backend.info.details["chosen"].startswith("auto: ")
+    declared = getattr(minilm.backend, "padding", None)  # onnx on CPU declares its own
+    assert minilm.batcher.padding == (declared or PADDING_CPU)
     assert ours.shape == reference.shape == (len(TEXTS), 384)
     cosine = (ours * reference).sum(1) / (
         np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1)

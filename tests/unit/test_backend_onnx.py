@@ -85,6 +85,15 @@ def test_fp32_matches_sentence_transformers(minilm_fp32, reference: np.ndarray) 
     assert backend.info.details["providers"].startswith("CPUExecutionProvider")
 
 
+def test_cpu_batches_carry_almost_no_padding(minilm_fp32) -> None:
+    """ORT computes every padded position: its CPU budget is tighter than the engine's."""
+    from ember.engine.batcher import PADDING_CPU
+
+    backend = minilm_fp32[1]
+    assert backend.padding == onnx_backend.ORT_CPU_PADDING
+    assert backend.padding.fraction < PADDING_CPU.fraction
+
+
 def test_fp32_graph_is_fused(minilm_fp32) -> None:
     _, backend = minilm_fp32
     ops = _op_counts(backend.path)

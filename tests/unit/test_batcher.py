@@ -7,8 +7,10 @@ import random
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 
-from ember.engine.batcher import PADDING_FRACTION, WorkItem, pad_batch, take_batch
+from ember.backends.base import PaddingBudget
+from ember.engine.batcher import PADDING_ACCELERATOR, PADDING_CPU, WorkItem, pad_batch, take_batch
 from ember.engine.tokenizer import Tokens
 
 
@@ -22,11 +24,13 @@ def _items(lengths: list[int]) -> list[WorkItem]:
         loop.close()
 
 
-def _drain(items: list[WorkItem], max_tokens: int, max_size: int, slack: int = 64):
+def _drain(
+    items: list[WorkItem], max_tokens: int, max_size: int, padding: PaddingBudget = PADDING_CPU
+):
     batches, queue = [], items
     while queue:
         oldest = queue[0]
-        batch, rest = take_batch(queue, max_tokens, max_size, slack)
+        batch, rest = take_batch(queue, max_tokens, max_size, padding)
         assert oldest in batch  # the oldest waiting text always goes next
         assert [it for it in queue if it in rest] == rest  # the rest keep arrival order
         batches.append(batch)
@@ -37,31 +41,38 @@ def _drain(items: list[WorkItem], max_tokens: int, max_size: int, slack: int = 6
 def test_batches_respect_padded_cost_count_and_padding() -> None:
     rng = random.Random(0)
     items = _items([rng.randint(3, 256) for _ in range(500)])
-    batches = _drain(items, max_tokens=2048, max_size=32)
-    assert sorted(id(it) for b in batches for it in b) == sorted(id(it) for it in items)
-    for batch in batches:
-        lengths = [len(it.tokens) for it in batch]
-        padded = max(lengths) * len(batch)
-        assert len(batch) <= 32
-        assert len(batch) == 1 or padded <= 2048
-        assert padded - sum(lengths) <= max(64, PADDING_FRACTION * padded)
-        assert lengths == sorted(lengths)
+    for budget in (PADDING_CPU, PADDING_ACCELERATOR):
+        batches = _drain(items, max_tokens=2048, max_size=32, padding=budget)
+        assert sorted(id(it) for b in batches for it in b) == sorted(id(it) for it in items)
+        for batch in batches:
+            lengths = [len(it.tokens) for it in batch]
+            padded = max(lengths) * len(batch)
+            assert len(batch) <= 32
+            assert len(batch) == 1 or padded <= 2048
+            assert padded - sum(lengths) <= max(budget.tokens, budget.fraction * padded)
+            assert lengths == sorted(lengths)
 
 
-def test_mixed_requests_pad_little() -> None:
+@pytest.mark.parametrize(
+    ("budget", "max_padding", "min_mean_batch"),
+    [(PADDING_CPU, 1.25, 4), (PaddingBudget(tokens=4, fraction=0.01), 1.02, 2.5)],
+)
+def test_mixed_requests_pad_little(
+    budget: PaddingBudget, max_padding: float, min_mean_batch: float
+) -> None:
     """Four requests of 32 random-length texts: padded together they cost ~2.6x."""
     rng = random.Random(1)
     lengths = [rng.randint(10, 165) for _ in range(128)]
-    batches = _drain(_items(lengths), max_tokens=8192, max_size=32)
+    batches = _drain(_items(lengths), max_tokens=8192, max_size=32, padding=budget)
     padded = sum(max(len(it.tokens) for it in b) * len(b) for b in batches)
-    assert padded <= 1.25 * sum(lengths)
-    assert sum(len(b) for b in batches) / len(batches) >= 4  # still batches, not singles
+    assert padded <= max_padding * sum(lengths)
+    assert sum(len(b) for b in batches) / len(batches) >= min_mean_batch  # not singles
 
 
 def test_accelerator_slack_keeps_batches_large() -> None:
     rng = random.Random(2)
     lengths = [rng.randint(10, 165) for _ in range(64)]
-    batches = _drain(_items(lengths), max_tokens=16384, max_size=32, slack=4096)
+    batches = _drain(_items(lengths), max_tokens=16384, max_size=32, padding=PADDING_ACCELERATOR)
     assert [len(b) for b in batches] == [32, 32]
 
 

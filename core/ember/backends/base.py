@@ -35,6 +35,17 @@ class TokenBatch:
 
 
 @dataclass(frozen=True)
+class PaddingBudget:
+    """Padding a batch may carry: ``tokens``, or ``fraction`` of its padded cost if more."""
+
+    tokens: int
+    fraction: float
+
+    def allows(self, waste: int, padded: int) -> bool:
+        return waste <= max(self.tokens, self.fraction * padded)
+
+
+@dataclass(frozen=True)
 class BackendInfo:
     """What a backend reports about itself for /info, logs and metrics."""
 
@@ -51,9 +62,9 @@ class Backend(Protocol):
     ``forward`` is called from up to ``parallel_forwards`` worker threads at once (an
     optional attribute, default 1): CPU backends run one single-threaded forward per core
     rather than one forward on a multi-threaded pool (see ``ember.config.cpu_forward_plan``).
-    ``padding_slack`` (optional, tokens) is how much padding a batch may carry before a
-    separate forward is cheaper; by default it follows ``info.device``
-    (``ember.engine.batcher.padding_slack_for``).
+    ``padding`` (an optional ``PaddingBudget``) is how much padding a batch may carry
+    before smaller batches are cheaper; by default it follows ``info.device``
+    (``ember.engine.batcher.padding_budget_for``).
     """
 
     info: BackendInfo

@@ -4,11 +4,11 @@ A batch is formed only when a forward worker is free, from everything waiting th
 texts from different requests share batches. It is built around the oldest waiting text
 (no text waits behind a stream of newer ones) from the texts nearest to it in length, and
 it closes when its padded cost (longest x count) would pass ``max_batch_tokens``, it holds
-``max_batch_size`` texts, or its padding would cost more than a forward pass of its own
-(``padding_slack`` tokens, or a tenth of the batch): random-length requests padded
-together did 2.6x the real work on this corpus. The queue is bounded (429 past it). Items
-whose request was cancelled or timed out are dropped before they reach a forward pass. A
-forward that raises fails only the futures of its own batch.
+``max_batch_size`` texts, or its padding would pass the device's ``PaddingBudget``:
+random-length requests padded together did 2.6x the real work on this corpus. The queue
+is bounded (429 past it). Items whose request was cancelled or timed out are dropped
+before they reach a forward pass. A forward that raises fails only the futures of its
+own batch.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ember.backends.base import Backend, TokenBatch
+from ember.backends.base import Backend, PaddingBudget, TokenBatch
 from ember.engine.memory import IDLE_TRIM_SECONDS, release_freed_memory
 from ember.engine.tokenizer import Tokens
 from ember.errors import BackendFailure, Overloaded
@@ -47,20 +47,20 @@ class WorkItem:
     enqueued_at: float = field(default_factory=time.perf_counter)
 
 
-# Padding a batch may carry before a forward of its own would be cheaper, in tokens: a
-# CPU forward has little fixed cost (a MiniLM batch of one ran at 0.7x the best batched
-# rate), an accelerator's kernel launches and transfers are worth thousands of tokens.
-PADDING_SLACK_CPU = 64
-PADDING_SLACK_ACCELERATOR = 4096
-PADDING_FRACTION = 0.1
+# Padding a batch may carry before a forward of its own would be cheaper: a CPU forward
+# has little fixed cost (a MiniLM batch of one ran at 0.7x the best batched rate), an
+# accelerator's kernel launches and transfers are worth thousands of tokens. A backend
+# may declare its own (ONNX Runtime on CPU does: see onnx_backend).
+PADDING_CPU = PaddingBudget(tokens=64, fraction=0.1)
+PADDING_ACCELERATOR = PaddingBudget(tokens=4096, fraction=0.1)
 
 
-def padding_slack_for(device: str) -> int:
-    return PADDING_SLACK_CPU if device == "cpu" else PADDING_SLACK_ACCELERATOR
+def padding_budget_for(device: str) -> PaddingBudget:
+    return PADDING_CPU if device == "cpu" else PADDING_ACCELERATOR
 
 
 def take_batch(
-    items: list[WorkItem], max_tokens: int, max_size: int, slack: int = PADDING_SLACK_CPU
+    items: list[WorkItem], max_tokens: int, max_size: int, padding: PaddingBudget = PADDING_CPU
 ) -> tuple[list[WorkItem], list[WorkItem]]:
     """(the next batch, the rest in arrival order) from items in arrival order.
 
@@ -81,7 +81,7 @@ def take_batch(
                 length = lengths[order[pos]]
                 padded = (count + 1) * max(longest, length)
                 waste = padded - real - length
-                if padded <= max_tokens and waste <= max(slack, PADDING_FRACTION * padded):
+                if padded <= max_tokens and padding.allows(waste, padded):
                     best = min(best or (waste, pos), (waste, pos))
         if best is None:
             break
@@ -122,7 +122,7 @@ class Batcher:
         max_queue_size: int,
         metrics: Metrics,
         workers: int = 1,
-        padding_slack: int = PADDING_SLACK_CPU,
+        padding: PaddingBudget = PADDING_CPU,
         idle_trim_seconds: float = IDLE_TRIM_SECONDS,
         trim: Callable[[], object] = release_freed_memory,
     ) -> None:
@@ -132,7 +132,7 @@ class Batcher:
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
         self.max_queue_size = max_queue_size
-        self.padding_slack = padding_slack
+        self.padding = padding
         self.metrics = metrics
         self.idle_trim_seconds = idle_trim_seconds
         self._trim = trim
@@ -205,7 +205,7 @@ class Batcher:
             await self._slots.acquire()  # a worker is free: batch what is waiting now
             live = [it for it in self._pending if not it.future.done()]
             batch, self._pending = take_batch(
-                live, self.max_batch_tokens, self.max_batch_size, self.padding_slack
+                live, self.max_batch_tokens, self.max_batch_size, self.padding
             )
             if not batch:
                 self._slots.release()

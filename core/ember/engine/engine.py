@@ -13,7 +13,7 @@ import numpy as np
 
 from ember.backends import load_backend
 from ember.backends.base import Backend
-from ember.engine.batcher import Batcher, pad_batch, padding_slack_for
+from ember.engine.batcher import Batcher, pad_batch, padding_budget_for
 from ember.engine.tokenizer import Direction, TextTokenizer, Tokens
 from ember.errors import BadRequest, NotFound, NotReady, RequestTimeout
 from ember.metrics import Metrics
@@ -94,8 +94,7 @@ class Engine:
             max_queue_size=self.spec.max_queue_size,
             metrics=self.metrics,
             workers=getattr(backend, "parallel_forwards", 1),
-            padding_slack=getattr(backend, "padding_slack", None)
-            or padding_slack_for(backend.info.device),
+            padding=getattr(backend, "padding", None) or padding_budget_for(backend.info.device),
         )
         self.batcher.start()
         self.load_seconds = time.perf_counter() - started
