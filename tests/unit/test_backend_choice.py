@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from dataclasses import replace
@@ -73,13 +74,19 @@ def test_without_onnxruntime_torch_says_what_to_install(monkeypatch: pytest.Monk
     assert picked.backend == "torch" and "pip install 'ember[onnx]'" in picked.reason
 
 
-def test_accelerator_probe_matches_this_host() -> None:
-    """The probe reads device nodes, not torch; on a Linux host without NVIDIA nodes it
-    reports none (the CI machines), and it never imports torch."""
+def test_accelerator_probe_matches_this_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe reads device nodes, not torch: on a Linux host without GPU nodes it
+    reports none (the CI machines), an empty CUDA_VISIBLE_DEVICES hides any, and it never
+    imports torch."""
     had_torch = "torch" in sys.modules
+    dev = Path("/dev")
+    gpu_nodes = [*dev.glob("nvidia[0-9]*"), *(p for p in (dev / "kfd", dev / "dxg") if p.exists())]
     found = choice.accelerator_visible()
-    if sys.platform == "linux" and not Path("/dev/nvidiactl").exists():
-        assert found is None
+    if sys.platform == "linux":
+        hidden = os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1")
+        assert (found is not None) == (bool(gpu_nodes) and not hidden)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+        assert choice.accelerator_visible() is None
     assert ("torch" in sys.modules) == had_torch
 
 
