@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from ember.api import operations as ops
 from ember.api import schemas as s
-from ember.api.app import ROUTES, ModelRoute, create_app
+from ember.api.app import ROUTES_BY_PATH, ModelRoute, create_app
 from ember.api.errors import validation_message
 from ember.config import ServerSettings, settings_from_env
 from ember.engine.engine import EngineArray
@@ -40,8 +40,6 @@ __all__ = [
     "read_pins",
     "settings_from_env",
 ]
-
-_BY_PATH: dict[str, ModelRoute] = {path: route for route in ROUTES for path in route.paths}
 
 
 async def build_engines(settings: ServerSettings | None = None) -> EngineArray:
@@ -72,9 +70,9 @@ async def dispatch_route(
     """Run the operation behind an HTTP path (``/v1/embeddings``, ``/rerank``, ...)."""
     if path in ("/v1/models", "/models"):
         return ops.models_list(engines)
-    route = _BY_PATH.get(path)
+    route = ROUTES_BY_PATH.get(path)
     if route is None:
-        known = ", ".join(sorted({*_BY_PATH, "/v1/models"}))
+        known = ", ".join(sorted({*ROUTES_BY_PATH, "/v1/models"}))
         raise NotFound(f"no route {path!r}; known routes: {known}", param="route")
     reply = await route.operation(engines, _parse(route, payload), max_client_batch_size)
     return _plain(reply.body)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -77,8 +78,8 @@ async def call(
 
 
 def fast_path(recorder: Recorder) -> ModelRouteFastPath:
-    adapter = TypeAdapter(Body)
-    routes = [("/v1/embeddings", adapter, "embed-op"), ("/embeddings", adapter, "embed-op")]
+    route = SimpleNamespace(adapter=TypeAdapter(Body), operation="embed-op")
+    routes = {"/v1/embeddings": route, "/embeddings": route}
     return ModelRouteFastPath(recorder.fallback, routes, State(), recorder.run)
 
 

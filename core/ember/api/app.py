@@ -102,6 +102,10 @@ ROUTES = (
 )
 
 
+# Every model route by path: the fast path and the platform adapters dispatch on it.
+ROUTES_BY_PATH: dict[str, ModelRoute] = {path: route for route in ROUTES for path in route.paths}
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.3f}"
 
@@ -282,7 +286,7 @@ def create_app(
     known: dict[str, object] = {"count": -1, "paths": set()}
     fast_path = ModelRouteFastPath(
         app.framework,
-        [(path, route.adapter, route.operation) for route in ROUTES for path in route.paths],
+        ROUTES_BY_PATH,
         app.state,
         run_operation,
     )

@@ -12,9 +12,8 @@ validate — goes on to FastAPI unchanged (with the body replayed), so error mes
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import State
@@ -35,10 +34,14 @@ from ember.errors import error_body
 Runner = Callable[[State, Receive, Any, Any], Awaitable[Any]]
 
 
-@dataclass(frozen=True)
-class FastRoute:
-    adapter: TypeAdapter[Any]
-    operation: Any
+class FastRoute(Protocol):
+    """What the fast path needs of a route (``ember.api.app.ModelRoute``)."""
+
+    @property
+    def adapter(self) -> TypeAdapter[Any]: ...
+
+    @property
+    def operation(self) -> Any: ...
 
 
 def _json_content(scope: Scope) -> bool:
@@ -52,15 +55,15 @@ class ModelRouteFastPath:
     def __init__(
         self,
         fallback: ASGIApp,
-        routes: Iterable[tuple[str, TypeAdapter[Any], Any]],
+        routes: Mapping[str, FastRoute],
         state: State,
         run: Runner,
     ) -> None:
-        """``routes``: (path, body validator, operation) for every model route."""
+        """``routes``: every model route by path."""
         self.fallback = fallback
         self.state = state
         self.run = run
-        self.routes = {path: FastRoute(adapter, op) for path, adapter, op in routes}
+        self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = None

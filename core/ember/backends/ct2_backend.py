@@ -98,7 +98,7 @@ def plan_for(model: ResolvedModel, ct2: Any) -> Plan:
     elif device not in ("cpu", "cuda"):
         raise ConfigError(f"the ct2 backend runs on cpu or cuda, not {device!r}")
     dtype = model.spec.dtype
-    exported = (artifacts.read_manifest(model.path / SUBDIR) or {}).get("compute_type")
+    exported = (_export_manifest(model) or {}).get("compute_type")
     if dtype == "auto" and exported:  # an `ember export` directory serves as exported
         dtype = compute = str(exported)
     else:
@@ -217,6 +217,15 @@ def _is_ct2_dir(path: Path) -> bool:
     return (path / "model.bin").is_file() and (path / "config.json").is_file()
 
 
+def _export_manifest(model: ResolvedModel) -> dict[str, Any] | None:
+    """The manifest of the ``ember export`` model under ``model.path``, if there is one."""
+    exported = model.path / SUBDIR
+    manifest = artifacts.read_manifest(exported)
+    if manifest and manifest.get("backend") == BACKEND and _is_ct2_dir(exported):
+        return manifest
+    return None
+
+
 def export(model: ResolvedModel, out_dir: Path, progress: Progress | None = None) -> Path:
     """``ember export --backend ct2``: a directory that ``--model-id`` serves directly.
 
@@ -242,8 +251,8 @@ def prepare(model: ResolvedModel, plan: Plan, progress: Progress | None = None) 
     """The CTranslate2 directory to load: an ``ember export`` one, else the cache."""
     say = progress or log.info
     exported = model.path / SUBDIR
-    manifest = artifacts.read_manifest(exported)
-    if manifest and manifest.get("backend") == BACKEND and _is_ct2_dir(exported):
+    manifest = _export_manifest(model)
+    if manifest:
         if manifest.get("compute_type") == plan.compute_type:
             return exported
         if not any(model.path.glob("*.safetensors")) and not any(model.path.glob("*.bin")):

@@ -71,13 +71,14 @@ _SAFE_PRODUCERS = {
     "Relu",
 }
 _PASS_THROUGH = {"Reshape", "Transpose", "Cast", "Identity"}
+_ATTENTION_OPS = {"Attention", "MultiHeadAttention", "Softmax"}
+
 # ORT computes every padded position and a CPU run has little fixed cost, so batches
 # carry almost no padding. Served MiniLM fp32, interleaved A/B against the engine's CPU
 # default (64 tokens, 10%): 32 sentences x c4 took 19.1 / 19.4 s against 20.5 / 21.0,
 # one sentence x c32 20.9 / 21.0 s against 21.4 / 22.3. Torch and CTranslate2 gained
 # nothing from it (torch lost 3-5% at c32 to the extra, smaller forwards).
 ORT_CPU_PADDING = PaddingBudget(tokens=4, fraction=0.01)
-_ATTENTION_OPS = {"Attention", "MultiHeadAttention", "Softmax"}
 
 
 def _import_ort() -> Any:
@@ -132,11 +133,9 @@ def resolve_dtype(dtype: str, device: str) -> str:
 def plan_for(model: ResolvedModel, available: list[str]) -> Plan:
     device = resolve_device(model.spec.device, available)
     dtype = model.spec.dtype
-    if dtype == "auto":  # an `ember export` directory serves as it was exported
-        source = find_onnx(model.path)
-        exported = artifacts.read_manifest(source.parent) if source is not None else None
-        if exported and exported.get("backend") == BACKEND and exported.get("dtype"):
-            dtype = str(exported["dtype"])
+    exported = _exported(model)[1]
+    if dtype == "auto" and exported and exported.get("dtype"):  # serve as exported
+        dtype = str(exported["dtype"])
     dtype = resolve_dtype(dtype, device)
     if device == "cpu":
         return Plan(device, dtype, ["CPUExecutionProvider"])
@@ -410,6 +409,13 @@ def export(model: ResolvedModel, out_dir: Path, progress: Progress | None = None
     return out_dir
 
 
+def _exported(model: ResolvedModel) -> tuple[Path | None, dict[str, Any] | None]:
+    """The model directory's own graph, and its manifest if ``ember export`` wrote it."""
+    source = find_onnx(model.path)
+    manifest = artifacts.read_manifest(source.parent) if source is not None else None
+    return source, manifest if manifest and manifest.get("backend") == BACKEND else None
+
+
 def prepare(model: ResolvedModel, plan: Plan, progress: Progress | None = None) -> Path:
     """The ``model.onnx`` to open: the model's own export, or a cached build.
 
@@ -417,9 +423,8 @@ def prepare(model: ResolvedModel, plan: Plan, progress: Progress | None = None) 
     dtypes never exports twice.
     """
     say = progress or log.info
-    source = find_onnx(model.path)
-    exported = artifacts.read_manifest(source.parent) if source is not None else None
-    if exported and exported.get("backend") == BACKEND:  # an `ember export` directory
+    source, exported = _exported(model)
+    if exported:  # an `ember export` directory
         if exported.get("dtype") == plan.dtype:
             return source
         if exported.get("dtype") != "float32":
