@@ -33,8 +33,8 @@ sys.path[:0] = [str(REPO / "core"), str(REPO)]
 
 from benchmarks.flops import ModelShape, model_shape  # noqa: E402
 from ember.backends.base import Backend, TokenBatch  # noqa: E402
-from ember.engine.batcher import WorkItem, pad_batch, padding_budget_for, take_batch  # noqa: E402
-from ember.engine.tokenizer import Tokens  # noqa: E402
+from ember.engine.batcher import WorkItem, padding_budget_for, take_batch  # noqa: E402
+from ember.processors.text import Tokens, collate  # noqa: E402
 
 BGE_BASE = {
     "vocab_size": 30522,
@@ -129,7 +129,7 @@ def plan_batches(
     out = []
     while waiting:
         batch, waiting = take_batch(waiting, max_tokens, max_size, padding_budget_for(device))
-        out.append(pad_batch([it.tokens for it in batch], pad_id=0))
+        out.append(collate([it.item for it in batch], pad_id=0))
     return out
 
 

@@ -32,11 +32,12 @@ sys.path[:0] = [str(REPO / "core"), str(REPO)]
 from benchmarks.corpus import make_sentences  # noqa: E402
 from ember.backends import load_backend  # noqa: E402
 from ember.backends.base import Backend, TokenBatch  # noqa: E402
-from ember.engine.batcher import pad_batch  # noqa: E402
-from ember.engine.tokenizer import TextTokenizer  # noqa: E402
+from ember.heads.dense import DenseHead  # noqa: E402
 from ember.models.resolve import default_model_path, resolve_model  # noqa: E402
 from ember.models.spec import ModelSpec, ResolvedModel  # noqa: E402
+from ember.processors.text import TextTokenizer, collate  # noqa: E402
 
+POOLING = "mean"  # all-MiniLM-L6-v2's
 VARIANTS = ("torch:float32", "onnx:float32", "onnx:int8", "ct2:float32", "ct2:int8")
 
 
@@ -46,7 +47,7 @@ def batches(model: ResolvedModel, texts: list[str], size: int) -> tuple[list, li
     tokens = tok.encode(texts)
     order = sorted(range(len(texts)), key=lambda i: len(tokens[i]))
     out = [
-        pad_batch([tokens[i] for i in order[s : s + size]], tok.pad_id)
+        collate([tokens[i] for i in order[s : s + size]], tok.pad_id)
         for s in range(0, len(order), size)
     ]
     return out, order
@@ -55,9 +56,15 @@ def batches(model: ResolvedModel, texts: list[str], size: int) -> tuple[list, li
 def run_pass(
     backend: Backend, prepared: list[TokenBatch], pool: ThreadPoolExecutor | None
 ) -> tuple[np.ndarray, float, float]:
-    """One pass over the corpus; batches run concurrently when the backend asks for it."""
+    """One pass over the corpus (forward and the dense head, as the engine runs them);
+    batches run concurrently when the backend asks for it."""
+    head = DenseHead(POOLING)
+
+    def forward(batch: TokenBatch) -> np.ndarray:
+        return np.stack(head.split(backend.forward(batch), batch, range(batch.shape[0])))
+
     wall, cpu = time.perf_counter(), time.process_time()
-    results = pool.map(backend.forward, prepared) if pool else map(backend.forward, prepared)
+    results = pool.map(forward, prepared) if pool else map(forward, prepared)
     out = np.concatenate(list(results))
     return out, time.perf_counter() - wall, time.process_time() - cpu
 

@@ -20,7 +20,7 @@ from ember.api import schemas as s
 from ember.api.app import ROUTES_BY_PATH, ModelRoute, create_app
 from ember.api.errors import validation_message
 from ember.config import ServerSettings, settings_from_env
-from ember.engine.engine import EngineArray
+from ember.engine.array import EngineArray
 from ember.engine.loop import EngineLoop
 from ember.errors import BadRequest, ConfigError, EmberError, NotFound
 from ember.models.resolve import resolve_model
@@ -79,24 +79,23 @@ async def dispatch_route(
 
 
 def invocation_route(engines: EngineArray, payload: Any) -> str:
-    """Which route a SageMaker-style body belongs to, told apart by its fields."""
+    """Which route a SageMaker-style body belongs to, told apart by its fields and by
+    what the named model (or, unnamed, the served models) can do."""
     if not isinstance(payload, dict):
         raise BadRequest("the body must be a JSON object")
-    model = payload.get("model")
     if "query" in payload:
         return "/rerank"  # Cohere (documents) and TEI (texts) both live there
+    if "texts" in payload:
+        return "/v2/embed"  # Cohere's embed
     if "input" in payload or "inputs" in payload:
-        engine = engines.get(model) if len(engines.engines) == 1 or model else None
-        task = engine.model.task if engine is not None and engine.model is not None else None
-        if task is None and len(engines.engines) > 1:
-            tasks = {e.model.task for e in engines if e.model is not None}
-            task = "embed" if "embed" in tasks else next(iter(tasks), None)
-        if task == "classify":
+        model = payload.get("model")
+        caps = engines.capabilities(model if model or len(engines.engines) == 1 else None)
+        if "classify" in caps and not caps & {"embed", "embed_multi", "embed_sparse"}:
             return "/classify" if "input" in payload else "/predict"
         return "/v1/embeddings" if "input" in payload else "/embed"
     raise BadRequest(
         "cannot tell what to do with this body: send OpenAI embeddings {'input'}, "
-        "TEI {'inputs'}, or rerank {'query', 'documents' | 'texts'}"
+        "TEI {'inputs'}, Cohere embed {'texts'}, or rerank {'query', 'documents' | 'texts'}"
     )
 
 

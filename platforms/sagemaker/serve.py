@@ -38,7 +38,7 @@ from fastapi.responses import Response
 
 from ember.api.app import create_app
 from ember.config import ServerSettings
-from ember.engine.engine import EngineArray
+from ember.engine.array import EngineArray
 from ember.errors import BadRequest, EmberError
 from ember.logs import configure_logging
 from ember.platform import dispatch_invocation, settings_from_env

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ember.backends import load_backend
+from ember.backends.base import BackendDefaults
 from ember.config import settings_from_env
 from ember.engine import EngineArray
 from ember.models.spec import ResolvedModel
@@ -18,7 +19,7 @@ from ember.models.spec import ResolvedModel
 async def test_two_workers_overlap_and_match_one(minilm_path: Path) -> None:
     active, peak, lock = [0], [0], threading.Lock()
 
-    class Tracking:
+    class Tracking(BackendDefaults):
         def __init__(self, model: ResolvedModel) -> None:
             self.inner = load_backend(model)
             self.info = self.inner.info

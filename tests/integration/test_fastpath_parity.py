@@ -25,6 +25,14 @@ BODIES: dict[str, dict[str, Any]] = {
     "/predict": {"model": "classifier", "inputs": "good"},
     "/embed": {"model": "minilm", "inputs": ["hi", "there"], "dimensions": 32},
     "/tokenize": {"model": "minilm", "inputs": "hello world"},
+    "/v1/embed": {"model": "minilm", "texts": ["a cat", "a dog on a mat"]},
+    "/v2/embed": {
+        "model": "minilm",
+        "texts": ["hi"],
+        "input_type": "search_query",
+        "embedding_types": ["int8", "ubinary", "base64"],
+        "output_dimension": 32,
+    },
 }
 
 

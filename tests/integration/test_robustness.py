@@ -11,12 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 
 from ember.api.app import create_app
 from ember.backends import load_backend
-from ember.backends.base import TokenBatch
+from ember.backends.base import BackendDefaults, Outputs, TokenBatch
 from ember.config import settings_from_env
 from ember.engine import EngineArray
 from ember.errors import BackendFailure, Overloaded
@@ -25,18 +24,19 @@ from ember.models.spec import ResolvedModel
 POISON = "zebra"  # a text whose batch the wrapper fails
 
 
-class InstrumentedBackend:
+class InstrumentedBackend(BackendDefaults):
     """The real backend, plus a delay, a poison pill and a record of what ran."""
 
     def __init__(self, model: ResolvedModel, delay: float) -> None:
         self.inner = load_backend(model)
         self.info = self.inner.info
+        self.padding = self.inner.padding
         self.delay = delay
         self.seen: list[list[int]] = []
         self.poison_id: int | None = None
         self.lock = threading.Lock()
 
-    def forward(self, batch: TokenBatch) -> np.ndarray:
+    def forward(self, batch: TokenBatch) -> Outputs:
         rows = [
             list(r[m.astype(bool)])
             for r, m in zip(batch.input_ids, batch.attention_mask, strict=True)
@@ -96,7 +96,7 @@ async def test_failing_batch_fails_only_its_requests(minilm_path: Path) -> None:
     await engines.start()
     engine = engines.get(None)
     backend = made[0]
-    backend.poison_id = engine.tokenizer.encode([POISON])[0].ids[1]
+    backend.poison_id = engine.processor.encode([POISON])[0].ids[1]
     try:
         results = await asyncio.gather(
             engine.embed(["fine one"]),
@@ -117,7 +117,7 @@ async def test_cancelled_request_never_reaches_backend(minilm_path: Path) -> Non
     await engines.start()
     engine = engines.get(None)
     backend = made[0]
-    marker = engine.tokenizer.encode(["giraffe"])[0].ids[1]
+    marker = engine.processor.encode(["giraffe"])[0].ids[1]
     try:
         backend.seen.clear()
         first = asyncio.create_task(engine.embed(["occupies the backend"]))
@@ -141,7 +141,7 @@ async def test_request_timeout_drops_queued_items(minilm_path: Path) -> None:
     for engine in engines:  # after warm-up, which itself waits longer than this
         engine.spec = replace(engine.spec, request_timeout=0.3)
     engine = engines.get(None)
-    marker = engine.tokenizer.encode(["giraffe"])[0].ids[1]
+    marker = engine.processor.encode(["giraffe"])[0].ids[1]
     try:
         made[0].seen.clear()
         blocker = asyncio.create_task(engine.embed(["blocker"]))

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from ember.backends.base import PaddingBudget
-from ember.engine.batcher import PADDING_ACCELERATOR, PADDING_CPU, WorkItem, pad_batch, take_batch
-from ember.engine.tokenizer import Tokens
+from ember.engine.batcher import PADDING_ACCELERATOR, PADDING_CPU, WorkItem, take_batch
+from ember.processors.text import Tokens, collate
 
 
 def _items(lengths: list[int]) -> list[WorkItem]:
@@ -45,7 +45,7 @@ def test_batches_respect_padded_cost_count_and_padding() -> None:
         batches = _drain(items, max_tokens=2048, max_size=32, padding=budget)
         assert sorted(id(it) for b in batches for it in b) == sorted(id(it) for it in items)
         for batch in batches:
-            lengths = [len(it.tokens) for it in batch]
+            lengths = [it.item.cost for it in batch]
             padded = max(lengths) * len(batch)
             assert len(batch) <= 32
             assert len(batch) == 1 or padded <= 2048
@@ -64,7 +64,7 @@ def test_mixed_requests_pad_little(
     rng = random.Random(1)
     lengths = [rng.randint(10, 165) for _ in range(128)]
     batches = _drain(_items(lengths), max_tokens=8192, max_size=32, padding=budget)
-    padded = sum(max(len(it.tokens) for it in b) * len(b) for b in batches)
+    padded = sum(max(it.item.cost for it in b) * len(b) for b in batches)
     assert padded <= max_padding * sum(lengths)
     assert sum(len(b) for b in batches) / len(batches) >= min_mean_batch  # not singles
 
@@ -81,12 +81,37 @@ def test_oversized_single_item_still_gets_a_batch() -> None:
     assert [len(b) for b in batches] == [1, 1]
 
 
-def test_pad_batch_right_pads_with_mask() -> None:
-    batch = pad_batch([Tokens([5, 6, 7], [0, 0, 0]), Tokens([8], [1])], pad_id=0)
+def test_collate_right_pads_with_mask() -> None:
+    batch = collate([Tokens([5, 6, 7], [0, 0, 0]), Tokens([8], [1])], pad_id=0)
     np.testing.assert_array_equal(batch.input_ids, [[5, 6, 7], [8, 0, 0]])
     np.testing.assert_array_equal(batch.attention_mask, [[1, 1, 1], [1, 0, 0]])
     np.testing.assert_array_equal(batch.token_type_ids, [[0, 0, 0], [1, 0, 0]])
     assert batch.real_tokens == 4
+    np.testing.assert_array_equal(batch.row_lengths(), [3, 1])
+
+
+def test_collate_keeps_masked_positions_in_row_lengths() -> None:
+    """ColBERT's query expansion: masked positions still count as the row's own."""
+    query = Tokens([5, 6, 9, 9], [0] * 4, attention=[1, 1, 0, 0])
+    batch = collate([query, Tokens([8, 7, 6, 5, 4], [0] * 5)], pad_id=0)
+    np.testing.assert_array_equal(batch.attention_mask, [[1, 1, 0, 0, 0], [1, 1, 1, 1, 1]])
+    np.testing.assert_array_equal(batch.row_lengths(), [4, 5])
+
+
+class _Keyed:
+    def __init__(self, cost: int, key: str) -> None:
+        self.cost, self.key = cost, key
+
+
+def test_items_with_different_shape_keys_never_share_a_batch() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        keys = ["a", "b", "a", "b", "a"]
+        items = [WorkItem(_Keyed(10, k), loop.create_future()) for k in keys]
+    finally:
+        loop.close()
+    batches = _drain(items, max_tokens=1000, max_size=8)
+    assert [[it.item.key for it in b] for b in batches] == [["a", "a", "a"], ["b", "b"]]
 
 
 def test_cpu_forward_plan() -> None:
@@ -100,19 +125,19 @@ def test_cpu_forward_plan() -> None:
 
 
 class _SlowBackend:
-    """Zeros after a delay; records when forwards run."""
+    """Zeros after a delay; records when batches run."""
 
     def __init__(self, delay: float) -> None:
         self.delay = delay
         self.running = 0
 
-    def forward(self, batch):  # type: ignore[no-untyped-def]
+    def run(self, items):  # type: ignore[no-untyped-def]
         import time
 
         self.running += 1
         time.sleep(self.delay)
         self.running -= 1
-        return np.zeros((batch.input_ids.shape[0], 4), dtype=np.float32)
+        return [np.zeros(4, dtype=np.float32) for _ in items]
 
 
 def _started_batcher(backend: _SlowBackend, idle_trim_seconds: float, trim: Callable[[], object]):  # type: ignore[no-untyped-def]
@@ -120,9 +145,8 @@ def _started_batcher(backend: _SlowBackend, idle_trim_seconds: float, trim: Call
     from ember.metrics import Metrics
 
     batcher = Batcher(
-        backend,  # type: ignore[arg-type]
+        backend.run,
         name="m",
-        pad_id=0,
         max_batch_tokens=1024,
         max_batch_size=8,
         max_queue_size=64,

@@ -20,13 +20,14 @@ from pydantic import Discriminator, Tag, TypeAdapter
 from starlette.datastructures import State
 
 import ember
+from ember.api import cohere
 from ember.api import operations as ops
 from ember.api import schemas as s
 from ember.api.errors import error_response, install_error_handlers
 from ember.api.fastpath import ModelRouteFastPath
 from ember.api.middleware import ASGIApp, EdgeMiddleware, Receive, Scope, Send
 from ember.config import DEFAULT_MODEL_NAME, ServerSettings, settings_from_env
-from ember.engine.engine import EngineArray
+from ember.engine.array import EngineArray
 from ember.errors import EmberError, error_body
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,20 @@ ROUTES = (
         "Rerank: Cohere body (`documents`) or TEI body (`texts`)",
         "Cohere / TEI",
     ),
+    ModelRoute(
+        ("/v1/embed",),
+        cohere.CohereEmbedRequest,
+        cohere.cohere_embed,
+        "Embed with output types (Cohere v1-compatible)",
+        "Cohere",
+    ),
+    ModelRoute(
+        ("/v2/embed",),
+        cohere.CohereEmbedV2Request,
+        cohere.cohere_embed,
+        "Embed with output types (Cohere v2-compatible)",
+        "Cohere",
+    ),
     ModelRoute(("/classify",), s.ClassifyRequest, ops.classify, "Classify texts", "Classify"),
     ModelRoute(
         ("/predict",),
@@ -96,6 +111,20 @@ ROUTES = (
         "TEI",
     ),
     ModelRoute(("/embed",), s.TEIEmbedRequest, ops.tei_embed, "Embed (TEI-compatible)", "TEI"),
+    ModelRoute(
+        ("/embed_sparse",),
+        s.TEIEmbedOutputRequest,
+        ops.tei_embed_sparse,
+        "Sparse embeddings: SPLADE, BGE-M3 (TEI-compatible)",
+        "TEI",
+    ),
+    ModelRoute(
+        ("/embed_all",),
+        s.TEIEmbedOutputRequest,
+        ops.tei_embed_all,
+        "Multi-vector embeddings: ColBERT, BGE-M3 (TEI-compatible)",
+        "TEI",
+    ),
     ModelRoute(
         ("/tokenize",), s.TEITokenizeRequest, ops.tei_tokenize, "Tokenize (TEI-compatible)", "TEI"
     ),

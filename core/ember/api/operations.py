@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from ember.api import schemas as s
-from ember.engine.engine import EngineArray, Timings
-from ember.errors import PayloadTooLarge
-from ember.tasks.postprocess import to_base64
+from ember.engine import Engine, EngineArray, Timings
+from ember.errors import BadRequest, PayloadTooLarge
+from ember.heads.postprocess import to_base64
+from ember.heads.sparse import SparseVector
 
 
 @dataclass
@@ -53,7 +54,27 @@ def _envelope(kind: str, key: str, payload: Any, model: str, tokens: int) -> dic
     }
 
 
+def input_type_options(engine: Engine, input_type: str | None) -> dict[str, Any]:
+    """Cohere's ``input_type`` as engine options: query-side encoding, and the model's
+    own prompt for it where it has one."""
+    from ember.api.cohere import prompt_for
+
+    if input_type is None:
+        return {}
+    prompts = engine.model.prompts if engine.model is not None else {}
+    return {
+        "query": input_type == "search_query",
+        "prompt_name": prompt_for(input_type, prompts),
+    }
+
+
+def _sparse_json(vector: SparseVector) -> dict[str, Any]:
+    return {"indices": vector.indices, "values": vector.values}
+
+
 async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, limit: int) -> Reply:
+    """Dense vectors, or what the model returns: a list of vectors per input (ColBERT),
+    ``{"indices", "values"}`` per input (SPLADE)."""
     raw = body.input
     if isinstance(raw, str):
         inputs: list = [raw]
@@ -63,12 +84,26 @@ async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, lim
         inputs = list(raw)
     check_batch(len(inputs), limit, "input")
     engine = engines.for_task(body.model, "embed")
-    result = await engine.embed(inputs, dimensions=body.dimensions, truncate=body.truncate)
-    encode = to_base64 if body.encoding_format == "base64" else (lambda v: v)
-    data = [
-        {"object": "embedding", "embedding": encode(vec), "index": i}
-        for i, vec in enumerate(result.outputs)
-    ]
+    base64 = body.encoding_format == "base64"
+    if base64 and engine.model is not None and engine.kind.embedding == "sparse":
+        raise BadRequest(
+            f"encoding_format base64 is for dense and multi-vector embeddings; model "
+            f"{engine.name!r} returns sparse ones (indices and values): send float",
+            param="encoding_format",
+        )
+    result = await engine.embed(
+        inputs,
+        dimensions=body.dimensions,
+        truncate=body.truncate,
+        **input_type_options(engine, body.input_type),
+    )
+    if engine.kind.embedding == "sparse":
+        vectors = [_sparse_json(v) for v in result.outputs]
+    elif base64:  # multi-vector: the [n, dim] float32 array, flattened
+        vectors = [to_base64(v) for v in result.outputs]
+    else:
+        vectors = list(result.outputs)
+    data = [{"object": "embedding", "embedding": vec, "index": i} for i, vec in enumerate(vectors)]
     return Reply(
         {
             "object": "list",
@@ -86,12 +121,46 @@ async def tei_embed(engines: EngineArray, body: s.TEIEmbedRequest, limit: int) -
     engine = engines.for_task(body.model, "embed")
     result = await engine.embed(
         texts,
+        output="dense",
         normalize=body.normalize,
         dimensions=body.dimensions,
         truncate=body.truncate,
         truncation_direction=body.truncation_direction.lower(),  # type: ignore[arg-type]
         prompt_name=body.prompt_name,
     )
+    return Reply(result.outputs, result.timings)
+
+
+async def _tei_output(
+    engines: EngineArray, body: s.TEIEmbedOutputRequest, limit: int, output: Any
+) -> Any:
+    texts = _as_list(body.inputs)
+    check_batch(len(texts), limit, "inputs")
+    engine = engines.for_task(body.model, "embed_sparse" if output == "sparse" else "embed_multi")
+    return await engine.embed(
+        texts,
+        output=output,
+        truncate=body.truncate,
+        truncation_direction=body.truncation_direction.lower(),  # type: ignore[arg-type]
+        prompt_name=body.prompt_name,
+    )
+
+
+async def tei_embed_sparse(
+    engines: EngineArray, body: s.TEIEmbedOutputRequest, limit: int
+) -> Reply:
+    """TEI's shape: per input, ``[{"index", "value"}]`` sorted by index, zeros dropped."""
+    result = await _tei_output(engines, body, limit, "sparse")
+    body_out = [
+        [{"index": int(i), "value": float(v)} for i, v in zip(vec.indices, vec.values, strict=True)]
+        for vec in result.outputs
+    ]
+    return Reply(body_out, result.timings)
+
+
+async def tei_embed_all(engines: EngineArray, body: s.TEIEmbedOutputRequest, limit: int) -> Reply:
+    """TEI's shape: per input, one vector per token (``[[[float]]]``)."""
+    result = await _tei_output(engines, body, limit, "multi")
     return Reply(result.outputs, result.timings)
 
 
@@ -175,11 +244,13 @@ def models_list(engines: EngineArray) -> dict[str, Any]:
         if engine.model is not None and engine.backend is not None:
             entry.update(
                 task=engine.model.task,
+                kind=engine.kind.name,
+                capabilities=engine.kind.capabilities,
                 backend=engine.backend.info.name,
                 device=engine.backend.info.device,
                 dtype=engine.backend.info.dtype,
                 backend_details=engine.backend.info.details,
-                max_input_length=engine.tokenizer.max_length if engine.tokenizer else None,
+                max_input_length=engine.processor.max_length if engine.processor else None,
             )
         data.append(entry)
     return {"object": "list", "data": data}
@@ -194,11 +265,12 @@ def tei_info(engines: EngineArray, version: str, max_client_batch_size: int) -> 
         "models": engines.names,
         "max_client_batch_size": max_client_batch_size,
     }
-    if first.model is None or first.backend is None or first.tokenizer is None:
+    if first.model is None or first.backend is None or first.processor is None:
         return info
     m = first.model
     if m.task == "embed":
-        model_type: dict[str, Any] = {"embedding": {"pooling": m.pooling}}
+        pooling = m.pooling if first.kind.embedding == "dense" else first.kind.embedding
+        model_type: dict[str, Any] = {"embedding": {"pooling": pooling}}
     else:
         kind = "reranker" if m.task == "rerank" else "classifier"
         labels = {str(k): v for k, v in m.id2label.items()}
@@ -211,7 +283,7 @@ def tei_info(engines: EngineArray, version: str, max_client_batch_size: int) -> 
         model_type=model_type,
         backend=first.backend.info.name,
         device=first.backend.info.device,
-        max_input_length=first.tokenizer.max_length,
+        max_input_length=first.processor.max_length,
         max_batch_tokens=first.spec.max_batch_tokens,
         max_batch_requests=first.spec.max_batch_size,
         max_concurrent_requests=first.spec.max_queue_size,

@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
+# Cohere's input types; a model's own prompts (``query``, ``document``...) are chosen by them.
+InputType = Literal["search_query", "search_document", "classification", "clustering"]
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
 
 
@@ -37,6 +39,11 @@ class EmbeddingsRequest(_Body):
     )
     user: str | None = None
     truncate: bool = Field(True, description="Cut text past the model's max tokens (else 400).")
+    input_type: InputType | None = Field(
+        None,
+        description="Cohere's field: search_query encodes queries (ColBERT markers and "
+        "expansion, the model's query prompt); default: documents.",
+    )
 
 
 class RerankDocument(_Body):
@@ -93,6 +100,18 @@ class TEIEmbedRequest(_Body):
     truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
     prompt_name: str | None = None
     dimensions: int | None = None
+    model: str | None = None
+
+
+class TEIEmbedOutputRequest(_Body):
+    """TEI ``POST /embed_sparse`` and ``/embed_all``."""
+
+    inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
+    truncate: bool = True
+    truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
+    prompt_name: str | None = Field(
+        None, description="A prompt of the model's; on ColBERT models `query` or `document`."
+    )
     model: str | None = None
 
 

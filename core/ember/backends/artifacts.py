@@ -142,7 +142,7 @@ def write_pooling_files(model: ResolvedModel, dst: Path) -> None:
     modules.json; and ``--pooling`` may have overridden it. Writing the resolved values
     makes the exported directory resolve to exactly what was exported.
     """
-    if model.task != "embed":
+    if model.kind.name != "dense":
         return
     st = "sentence_transformers.models."
     modules = [

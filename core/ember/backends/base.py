@@ -4,7 +4,7 @@ A backend turns a padded batch of token ids into numbers: pooled sentence
 embeddings for embedding models, logits for rerankers and classifiers. It never
 sees HTTP, requests or per-request options; everything after the forward pass
 (normalisation, Matryoshka truncation, sigmoid/softmax, output dtypes) lives in
-``ember.tasks`` so every backend shares it.
+``ember.heads`` so every backend shares it.
 """
 
 from __future__ import annotations
@@ -16,14 +16,38 @@ import numpy as np
 
 from ember.models.spec import ResolvedModel
 
+# Named outputs of a forward pass:
+#   TOKEN_STATES  float32 [batch, seq, hidden]  encoders (the last hidden state)
+#   LOGITS        float32 [batch, labels]       sequence classifiers (the model's own head)
+#   ATTENTION     int64 [batch, seq]             optional: the mask the states were computed
+#                                                with, when a backend reshaped the batch
+TOKEN_STATES = "token_states"
+LOGITS = "logits"
+ATTENTION = "attention_mask"
+Outputs = dict[str, np.ndarray]
+
 
 @dataclass(frozen=True)
 class TokenBatch:
-    """A padded batch, right-padded, as numpy int64 arrays of shape [batch, seq]."""
+    """A padded batch, right-padded, as numpy int64 arrays of shape [batch, seq].
+
+    ``lengths`` is each row's own length (positions the processor produced for it). It
+    equals ``attention_mask.sum(1)`` except where a processor masks positions it still
+    wants outputs for (ColBERT's query expansion). ``keep`` is, per row, the positions a
+    multi-vector output keeps when not all of them (ColBERT's document skiplist).
+    Backends read only the three arrays.
+    """
 
     input_ids: np.ndarray
     attention_mask: np.ndarray
     token_type_ids: np.ndarray
+    lengths: np.ndarray | None = None
+    keep: tuple[tuple[int, ...] | None, ...] | None = None
+
+    def row_lengths(self) -> np.ndarray:
+        if self.lengths is not None:
+            return self.lengths
+        return self.attention_mask.sum(axis=1)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -59,26 +83,37 @@ class BackendInfo:
 class Backend(Protocol):
     """Loaded once per served model.
 
-    ``forward`` is called from up to ``parallel_forwards`` worker threads at once (an
-    optional attribute, default 1): CPU backends run one single-threaded forward per core
-    rather than one forward on a multi-threaded pool (see ``ember.config.cpu_forward_plan``).
-    ``padding`` (an optional ``PaddingBudget``) is how much padding a batch may carry
-    before smaller batches are cheaper; by default it follows ``info.device``
-    (``ember.engine.batcher.padding_budget_for``).
+    ``forward`` is called from up to ``parallel_forwards`` worker threads at once: CPU
+    backends run one single-threaded forward per core rather than one forward on a
+    multi-threaded pool (see ``ember.config.cpu_forward_plan``). ``padding`` is how much
+    padding a batch may carry before smaller batches are cheaper; None follows
+    ``info.device`` (``ember.engine.batcher.padding_budget_for``). ``max_batch_size`` and
+    ``max_length`` are set by backends compiled for static shapes (Neuron), else None.
     """
 
     info: BackendInfo
+    parallel_forwards: int
+    padding: PaddingBudget | None
+    max_batch_size: int | None
+    max_length: int | None
 
-    def forward(self, batch: TokenBatch) -> np.ndarray:
-        """Embedding models: pooled, *un-normalised* float32 [batch, hidden].
-
-        Rerankers/classifiers: raw float32 logits [batch, num_labels].
-        """
+    def forward(self, batch: TokenBatch) -> Outputs:
+        """``TOKEN_STATES`` for an encoder backbone, ``LOGITS`` for a sequence classifier."""
         ...
 
     def close(self) -> None:
         """Free device memory; the backend is not used afterwards."""
         ...
+
+
+class BackendDefaults:
+    """The protocol's optional attributes at their defaults: backends inherit this and
+    set only what differs."""
+
+    parallel_forwards: int = 1
+    padding: PaddingBudget | None = None
+    max_batch_size: int | None = None
+    max_length: int | None = None
 
 
 class BackendFactory(Protocol):

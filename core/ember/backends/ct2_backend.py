@@ -1,4 +1,4 @@
-"""CTranslate2 backend: a converted encoder, pooled or given its classification head in numpy.
+"""CTranslate2 backend: a converted encoder; token states, or its classification head in numpy.
 
 At first load the HF model is converted with ``ctranslate2.converters.TransformersConverter``
 into the artifact cache (one directory per compute type, weights stored in that type
@@ -29,11 +29,17 @@ from typing import Any
 import numpy as np
 
 from ember.backends import artifacts, isolated
-from ember.backends.base import BackendInfo, TokenBatch
+from ember.backends.base import (
+    LOGITS,
+    TOKEN_STATES,
+    BackendDefaults,
+    BackendInfo,
+    Outputs,
+    TokenBatch,
+)
 from ember.config import cpu_forward_plan, physical_cores
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel
-from ember.tasks.pooling import pool_numpy
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +156,7 @@ def _converter_class(ct2: Any) -> type:
 
 
 def _head_kind(model: ResolvedModel) -> str | None:
-    if model.task == "embed":
+    if model.backbone == "encoder":
         return None
     if model.model_type not in HEADS:
         raise ConfigError(
@@ -279,7 +285,7 @@ def prepare(model: ResolvedModel, plan: Plan, progress: Progress | None = None) 
 # ---------------------------------------------------------------- runtime
 
 
-class Ct2Backend:
+class Ct2Backend(BackendDefaults):
     """A ``ctranslate2.Encoder``; heads and pooling run in numpy on its outputs."""
 
     def __init__(self, model: ResolvedModel, path: Path, plan: Plan) -> None:
@@ -302,8 +308,7 @@ class Ct2Backend:
             )
         except ValueError as exc:  # e.g. compute type refused by this CPU
             raise ConfigError(f"CTranslate2 cannot load {path}: {exc}") from exc
-        self.task = model.task
-        self.pooling = model.pooling
+        self.encoder_only = model.backbone == "encoder"
         self.device = plan.device
         self.kind = _head_kind(model)
         self.head: dict[str, np.ndarray] = {}
@@ -328,7 +333,7 @@ class Ct2Backend:
             view = view.to_device(self._ct2.Device.cpu)
         return np.asarray(view, dtype=np.float32)
 
-    def forward(self, batch: TokenBatch) -> np.ndarray:
+    def forward(self, batch: TokenBatch) -> Outputs:
         ct2 = self._ct2
         ids = np.ascontiguousarray(batch.input_ids, dtype=np.int32)
         lengths = batch.attention_mask.sum(axis=1).astype(np.int32)
@@ -336,10 +341,9 @@ class Ct2Backend:
         out = self.encoder.forward_batch(
             ct2.StorageView.from_array(ids), ct2.StorageView.from_array(lengths), types
         )
-        if self.task == "embed":
-            hidden = self._numpy(out.last_hidden_state)
-            return pool_numpy(hidden, batch.attention_mask, self.pooling)
-        return self._logits(out)
+        if self.encoder_only:
+            return {TOKEN_STATES: self._numpy(out.last_hidden_state)}
+        return {LOGITS: self._logits(out)}
 
     def _logits(self, out: Any) -> np.ndarray:
         h = self.head

@@ -36,7 +36,15 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ember.backends import artifacts
-from ember.backends.base import BackendInfo, TokenBatch
+from ember.backends.base import (
+    ATTENTION,
+    LOGITS,
+    TOKEN_STATES,
+    BackendDefaults,
+    BackendInfo,
+    Outputs,
+    TokenBatch,
+)
 from ember.backends.neuron_shapes import (
     Chunk,
     default_buckets,
@@ -47,8 +55,7 @@ from ember.backends.neuron_shapes import (
     scatter_results,
 )
 from ember.errors import ConfigError, MissingDependency
-from ember.models.spec import Pooling, ResolvedModel, Task
-from ember.tasks.pooling import pool_numpy
+from ember.models.spec import ResolvedModel, Task
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +71,9 @@ DEFAULT_BATCH_SIZE = 8
 CORES_PER_DEVICE = 2
 
 # The optimum-neuron class compiled per task, and the output field Ember reads from
-# its forward. Embeddings come back as token states and are pooled on the host with
-# the same ``pool_numpy`` every backend uses, so the pooling mode is not baked into
-# the artifact and can still be overridden at serve time.
+# its forward. Embeddings come back as token states and are pooled on the host by the
+# heads every backend shares, so the pooling mode is not baked into the artifact and
+# can still be overridden at serve time.
 TASK_CLASSES = {
     "embed": "NeuronModelForFeatureExtraction",
     "rerank": "NeuronModelForSequenceClassification",
@@ -493,7 +500,7 @@ def resolve_num_cores(requested: int | None, manifest: NeuronManifest) -> int:
 # --------------------------------------------------------------------------- backend
 
 
-class NeuronBackend:
+class NeuronBackend(BackendDefaults):
     """Runs bucketed, padded chunks on per-core copies of the compiled graphs.
 
     ``max_batch_size`` is ``B x cores``: ``forward`` is called from one engine thread,
@@ -508,7 +515,6 @@ class NeuronBackend:
         manifest: NeuronManifest,
         replicas: Sequence[dict[int, CompiledModule]],
         task: Task,
-        pooling: Pooling,
         out_dim: int,
     ) -> None:
         if not replicas:
@@ -531,8 +537,9 @@ class NeuronBackend:
         self.num_cores = len(self._replicas)
         self.max_batch_size = self.compiled_batch_size * self.num_cores
         self.max_length = self.buckets[-1]
-        self.task = task
-        self.pooling = pooling
+        # Feature-extraction graphs return token states, classifier graphs logits; the
+        # pooling mode is applied by the heads, so it is not baked into the artifact.
+        self.output = TOKEN_STATES if task == "embed" else LOGITS
         self._out_dim = out_dim
         self._free_cores: queue.Queue[int] = queue.Queue()
         for core in range(self.num_cores):
@@ -556,6 +563,7 @@ class NeuronBackend:
         )
 
     def _run(self, chunk: Chunk, padded: TokenBatch) -> np.ndarray:
+        """The chunk's padded rows through one free core's graph for its bucket."""
         core = self._free_cores.get()
         try:
             module = self._replicas[core][chunk.bucket]
@@ -568,14 +576,12 @@ class NeuronBackend:
                 f"the graph for seq {chunk.bucket} returned {out.shape[0]} rows, "
                 f"expected {self.compiled_batch_size}"
             )
-        if self.task == "embed":
-            return pool_numpy(out, padded.attention_mask, self.pooling)
         return out.astype(np.float32, copy=False)
 
-    def forward(self, batch: TokenBatch) -> np.ndarray:
+    def forward(self, batch: TokenBatch) -> Outputs:
         rows = batch.shape[0]
         if rows == 0:
-            return np.zeros((0, self._out_dim), dtype=np.float32)
+            return {self.output: np.zeros((0, self._out_dim), dtype=np.float32)}
         chunks = plan_chunks(
             lengths_from_mask(batch.attention_mask), self.buckets, self.compiled_batch_size
         )
@@ -587,13 +593,33 @@ class NeuronBackend:
             results = list(self._pool.map(self._run, chunks, padded))
         else:
             results = [self._run(c, p) for c, p in zip(chunks, padded, strict=True)]
-        return scatter_results(rows, list(zip(chunks, results, strict=True)))
+        if self.output == LOGITS:
+            return {LOGITS: scatter_results(rows, list(zip(chunks, results, strict=True)))}
+        # Token states come back at each chunk's bucket length: place them, and the mask
+        # they were computed with (a row longer than its bucket was cut), at the longest.
+        width = max(c.bucket for c in chunks)
+        states = [_widen(r, width) for r in results]
+        masks = [_widen(p.attention_mask, width) for p in padded]
+        return {
+            TOKEN_STATES: scatter_results(rows, list(zip(chunks, states, strict=True))),
+            ATTENTION: scatter_results(rows, list(zip(chunks, masks, strict=True))).astype(
+                np.int64
+            ),
+        }
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
         self._replicas = []
+
+
+def _widen(array: np.ndarray, width: int) -> np.ndarray:
+    """Right-pad axis 1 with zeros to ``width``."""
+    if array.shape[1] == width:
+        return array
+    pad = [(0, 0), (0, width - array.shape[1])] + [(0, 0)] * (array.ndim - 2)
+    return np.pad(array, pad)
 
 
 # --------------------------------------------------------------------------- load
@@ -699,6 +725,5 @@ def load(
         manifest=manifest,
         replicas=replicas,
         task=model.task,
-        pooling=model.pooling,
         out_dim=out_dim,
     )

@@ -35,11 +35,18 @@ from typing import Any
 import numpy as np
 
 from ember.backends import artifacts, isolated
-from ember.backends.base import BackendInfo, PaddingBudget, TokenBatch
+from ember.backends.base import (
+    LOGITS,
+    TOKEN_STATES,
+    BackendDefaults,
+    BackendInfo,
+    Outputs,
+    PaddingBudget,
+    TokenBatch,
+)
 from ember.config import cpu_forward_plan, physical_cores
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel
-from ember.tasks.pooling import pool_numpy
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +206,7 @@ def export_torch(model: ResolvedModel, dst: Path) -> Path:
     import torch
     from transformers import AutoModel, AutoModelForSequenceClassification
 
-    auto = AutoModel if model.task == "embed" else AutoModelForSequenceClassification
+    auto = AutoModel if model.backbone == "encoder" else AutoModelForSequenceClassification
     try:
         net = auto.from_pretrained(
             str(model.path),
@@ -214,7 +221,7 @@ def export_torch(model: ResolvedModel, dst: Path) -> Path:
     net.eval()
     takes_types = "token_type_ids" in inspect.signature(net.forward).parameters
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_types else [])
-    out_name = "last_hidden_state" if model.task == "embed" else "logits"
+    out_name = "last_hidden_state" if model.backbone == "encoder" else "logits"
 
     class Wrapper(torch.nn.Module):
         """Positional inputs -> one tensor, so the graph has stable names."""
@@ -449,7 +456,7 @@ def prepare(model: ResolvedModel, plan: Plan, progress: Progress | None = None) 
 # ---------------------------------------------------------------- runtime
 
 
-class OnnxBackend:
+class OnnxBackend(BackendDefaults):
     """One ``InferenceSession``; on CPU ``forward`` runs from ``parallel_forwards`` threads
     at once (``session.run`` is thread-safe), each run on ``threads`` intra-op threads."""
 
@@ -480,9 +487,8 @@ class OnnxBackend:
             raise ConfigError(f"{path} has no input_ids input (inputs: {sorted(inputs)})")
         self._inputs = inputs
         self._int32 = {n for n, t in inputs.items() if t == "tensor(int32)"}
-        self.task = model.task
-        self.pooling = model.pooling
         self.path = path
+        self.name = TOKEN_STATES if model.backbone == "encoder" else LOGITS
         self.output = self._pick_output(model)
         self.info = BackendInfo(
             name=BACKEND,
@@ -499,13 +505,13 @@ class OnnxBackend:
         outs = {o.name: o.shape for o in self.session.get_outputs()}
         wanted = (
             ("last_hidden_state", "token_embeddings")
-            if model.task == "embed"
+            if model.backbone == "encoder"
             else ("logits", "scores")
         )
         for name in wanted:
             if name in outs:
                 return name
-        rank = 3 if model.task == "embed" else 2
+        rank = 3 if model.backbone == "encoder" else 2
         for name, shape in outs.items():
             if len(shape) == rank:
                 return name
@@ -514,7 +520,7 @@ class OnnxBackend:
             f"{list(outs)}; Ember pools token states itself with the model's pooling mode"
         )
 
-    def forward(self, batch: TokenBatch) -> np.ndarray:
+    def forward(self, batch: TokenBatch) -> Outputs:
         feeds = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = batch.token_type_ids
@@ -524,9 +530,7 @@ class OnnxBackend:
             if k in self._inputs
         }
         (out,) = self.session.run([self.output], feeds)
-        if self.task == "embed":
-            return pool_numpy(out, batch.attention_mask, self.pooling)
-        return np.ascontiguousarray(out, dtype=np.float32)
+        return {self.name: np.asarray(out, dtype=np.float32)}
 
     def close(self) -> None:
         self.session = None  # type: ignore[assignment]

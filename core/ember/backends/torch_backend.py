@@ -8,11 +8,17 @@ import threading
 
 import numpy as np
 
-from ember.backends.base import BackendInfo, TokenBatch
+from ember.backends.base import (
+    LOGITS,
+    TOKEN_STATES,
+    BackendDefaults,
+    BackendInfo,
+    Outputs,
+    TokenBatch,
+)
 from ember.config import cpu_forward_plan
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel
-from ember.tasks.pooling import pool_torch
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +64,7 @@ def cpu_has_native_bf16() -> bool:
         return False
 
 
-class TorchBackend:
+class TorchBackend(BackendDefaults):
     def __init__(self, model: ResolvedModel) -> None:
         from transformers import AutoModel, AutoModelForSequenceClassification
 
@@ -76,7 +82,7 @@ class TorchBackend:
                     "bfloat16 on a CPU without AVX512-BF16/AMX is emulated and slower than "
                     "float32; use --dtype float32, or --backend onnx/ct2 --dtype int8 for speed"
                 )
-        auto = AutoModel if model.task == "embed" else AutoModelForSequenceClassification
+        auto = AutoModel if model.backbone == "encoder" else AutoModelForSequenceClassification
         attention = self._attention(self.device, self.dtype)
         try:
             net = auto.from_pretrained(
@@ -93,8 +99,7 @@ class TorchBackend:
         self._call = self.net
         params = inspect.signature(self.net.forward).parameters
         self.takes_token_types = "token_type_ids" in params
-        self.task = model.task
-        self.pooling = model.pooling
+        self.output = TOKEN_STATES if model.backbone == "encoder" else LOGITS
         self.info = BackendInfo(
             name="torch",
             device=self.device,
@@ -136,7 +141,7 @@ class TorchBackend:
                 return "flash_attention_2"
         return "sdpa"
 
-    def forward(self, batch: TokenBatch) -> np.ndarray:
+    def forward(self, batch: TokenBatch) -> Outputs:
         if self.threads and getattr(self._thread_state, "threads", 0) != self.threads:
             torch.set_num_threads(self.threads)  # this worker thread's OpenMP team size
             self._thread_state.threads = self.threads
@@ -147,11 +152,8 @@ class TorchBackend:
             if self.takes_token_types:
                 kwargs["token_type_ids"] = torch.from_numpy(batch.token_type_ids).to(self.device)
             out = self._call(**kwargs)
-            if self.task == "embed":
-                result = pool_torch(out.last_hidden_state, mask, self.pooling)
-            else:
-                result = out.logits.float()
-            return result.cpu().numpy()
+            result = out.last_hidden_state if self.output == TOKEN_STATES else out.logits
+            return {self.output: result.float().cpu().numpy()}
 
     def close(self) -> None:
         self.net = None  # type: ignore[assignment]

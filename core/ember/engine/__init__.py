@@ -1,6 +1,7 @@
 """Engines (async, one per model), their router, and the blocking facade."""
 
-from ember.engine.engine import Engine, EngineArray, Result, Timings
+from ember.engine.array import EngineArray
+from ember.engine.engine import Engine, Result, Timings
 from ember.engine.sync import SyncEngineArray
 
 __all__ = ["Engine", "EngineArray", "Result", "SyncEngineArray", "Timings"]

@@ -1,10 +1,15 @@
-"""Token-budget dynamic batching in front of one backend.
+"""Cost-budget dynamic batching in front of one model's forward pass.
+
+The batcher sees only each item's ``cost`` (tokens for text; patches or frames for other
+inputs) and shape ``key`` (items with different keys never share a batch); what an item
+holds and how a batch runs is the engine's ``run`` callable (collate -> backend ->
+heads), called on a forward thread.
 
 A batch is formed only when a forward worker is free, from everything waiting then, so
-texts from different requests share batches. It is built around the oldest waiting text
-(no text waits behind a stream of newer ones) from the texts nearest to it in length, and
-it closes when its padded cost (longest x count) would pass ``max_batch_tokens``, it holds
-``max_batch_size`` texts, or its padding would pass the device's ``PaddingBudget``:
+items from different requests share batches. It is built around the oldest waiting item
+(no item waits behind a stream of newer ones) from the items nearest to it in cost, and
+it closes when its padded cost (largest x count) would pass ``max_batch_tokens``, it holds
+``max_batch_size`` items, or its padding would pass the device's ``PaddingBudget``:
 random-length requests padded together did 2.6x the real work on this corpus. The queue
 is bounded (429 past it). Items whose request was cancelled or timed out are dropped
 before they reach a forward pass. A forward that raises fails only the futures of its
@@ -16,33 +21,45 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-import numpy as np
-
-from ember.backends.base import Backend, PaddingBudget, TokenBatch
+from ember.backends.base import PaddingBudget
 from ember.engine.memory import IDLE_TRIM_SECONDS, release_freed_memory
-from ember.engine.tokenizer import Tokens
 from ember.errors import BackendFailure, Overloaded
 from ember.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 
+class Schedulable(Protocol):
+    """What the batcher reads of an item: its cost and its shape key."""
+
+    @property
+    def cost(self) -> int: ...
+
+    @property
+    def key(self) -> Hashable: ...
+
+
+# Runs one batch (on a forward thread): items -> one result per item, in order.
+RunBatch = Callable[[Sequence[Any]], Sequence[Any]]
+
+
 @dataclass(frozen=True)
 class RowResult:
-    """One text's output row plus where its time went."""
+    """One item's result plus where its time went."""
 
-    row: np.ndarray
+    row: Any
     queue_s: float
     forward_s: float
 
 
 @dataclass(eq=False)
 class WorkItem:
-    tokens: Tokens
+    item: Schedulable
     future: asyncio.Future[RowResult]
     enqueued_at: float = field(default_factory=time.perf_counter)
 
@@ -64,12 +81,27 @@ def take_batch(
 ) -> tuple[list[WorkItem], list[WorkItem]]:
     """(the next batch, the rest in arrival order) from items in arrival order.
 
-    Grows outwards from the oldest item in length order, each step adding whichever
-    neighbour pads less, while count, padded cost and padding stay within their limits.
+    Grows outwards from the oldest item in cost order, among the items that share its
+    shape key, each step adding whichever neighbour pads less, while count, padded cost
+    and padding stay within their limits.
     """
     if not items:
         return [], []
-    lengths = [len(it.tokens) for it in items]
+    key = items[0].item.key
+    if key is None and all(it.item.key is None for it in items):
+        candidates = items
+    else:
+        candidates = [it for it in items if it.item.key == key]
+    taken_items = _grow(candidates, max_tokens, max_size, padding)
+    chosen = {id(it) for it in taken_items}
+    return taken_items, [it for it in items if id(it) not in chosen]
+
+
+def _grow(
+    items: list[WorkItem], max_tokens: int, max_size: int, padding: PaddingBudget
+) -> list[WorkItem]:
+    """The batch around ``items[0]`` (the oldest), in cost order."""
+    lengths = [it.item.cost for it in items]
     order = sorted(range(len(items)), key=lengths.__getitem__)
     lo = hi = order.index(0)
     longest = real = lengths[0]
@@ -89,22 +121,7 @@ def take_batch(
         lo, hi = min(lo, pos), max(hi, pos)
         length = lengths[order[pos]]
         longest, real, count = max(longest, length), real + length, count + 1
-    taken = order[lo : hi + 1]  # already in length order
-    chosen = set(taken)
-    return [items[i] for i in taken], [it for i, it in enumerate(items) if i not in chosen]
-
-
-def pad_batch(tokens: list[Tokens], pad_id: int) -> TokenBatch:
-    longest = max(len(t) for t in tokens)
-    ids = np.full((len(tokens), longest), pad_id, dtype=np.int64)
-    mask = np.zeros((len(tokens), longest), dtype=np.int64)
-    types = np.zeros((len(tokens), longest), dtype=np.int64)
-    for row, tok in enumerate(tokens):
-        n = len(tok)
-        ids[row, :n] = tok.ids
-        mask[row, :n] = 1
-        types[row, :n] = tok.type_ids
-    return TokenBatch(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    return [items[i] for i in order[lo : hi + 1]]  # already in cost order
 
 
 class Batcher:
@@ -113,10 +130,9 @@ class Batcher:
 
     def __init__(
         self,
-        backend: Backend,
+        run: RunBatch,
         *,
         name: str,
-        pad_id: int,
         max_batch_tokens: int,
         max_batch_size: int,
         max_queue_size: int,
@@ -126,9 +142,8 @@ class Batcher:
         idle_trim_seconds: float = IDLE_TRIM_SECONDS,
         trim: Callable[[], object] = release_freed_memory,
     ) -> None:
-        self.backend = backend
+        self.run = run
         self.name = name
-        self.pad_id = pad_id
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
         self.max_queue_size = max_queue_size
@@ -176,24 +191,24 @@ class Batcher:
         self._pending.clear()
         self._executor.shutdown(wait=True, cancel_futures=True)
 
-    def submit(self, tokens: list[Tokens]) -> list[asyncio.Future[RowResult]]:
-        if self.depth + len(tokens) > self.max_queue_size:
+    def submit(self, work: Sequence[Schedulable]) -> list[asyncio.Future[RowResult]]:
+        if self.depth + len(work) > self.max_queue_size:
             self.metrics.rejected.labels(self.name).inc()
             raise Overloaded(
-                f"model {self.name!r} has {self.depth} texts queued (limit "
+                f"model {self.name!r} has {self.depth} inputs queued (limit "
                 f"{self.max_queue_size}); retry later",
             )
         loop = asyncio.get_running_loop()
-        items = [WorkItem(tok, loop.create_future()) for tok in tokens]
+        items = [WorkItem(it, loop.create_future()) for it in work]
         self._pending.extend(items)
         self.metrics.queue_depth.labels(self.name).set(self.depth)
         self._wake.set()
         return [it.future for it in items]
 
-    async def run_direct(self, batch: TokenBatch) -> np.ndarray:
+    async def run_direct(self, work: Sequence[Schedulable]) -> Sequence[Any]:
         """Run a batch on the forward thread outside the queue (warm-up)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.backend.forward, batch)
+        return await loop.run_in_executor(self._executor, self.run, work)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -244,13 +259,13 @@ class Batcher:
         if not live:
             self._slots.release()
             return
-        arrays = pad_batch([it.tokens for it in live], self.pad_id)
+        work = [it.item for it in live]
         started = time.perf_counter()
         Batcher.forwards_running += 1
         try:
-            out = await loop.run_in_executor(self._executor, self.backend.forward, arrays)
+            out = await loop.run_in_executor(self._executor, self.run, work)
         except Exception as exc:  # any backend error fails this batch only
-            log.exception("forward pass failed for %d texts on %s", len(live), self.name)
+            log.exception("forward pass failed for %d inputs on %s", len(live), self.name)
             self.metrics.failed_batches.labels(self.name).inc()
             error = BackendFailure(f"inference failed for this batch: {type(exc).__name__}: {exc}")
             for it in live:
@@ -259,7 +274,9 @@ class Batcher:
         else:
             forward_s = time.perf_counter() - started
             self.metrics.batch_size.labels(self.name).observe(len(live))
-            self.metrics.batch_tokens.labels(self.name).observe(arrays.input_ids.size)
+            self.metrics.batch_tokens.labels(self.name).observe(
+                len(live) * max(it.cost for it in work)
+            )
             for row, it in enumerate(live):
                 if not it.future.done():
                     it.future.set_result(RowResult(out[row], started - it.enqueued_at, forward_s))

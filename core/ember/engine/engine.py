@@ -1,4 +1,9 @@
-"""Engine: one served model's async API; EngineArray: route by served name."""
+"""Engine: one served model's async API, as data flows through it.
+
+request items -> processor (features + cost) -> batcher (by cost) -> on a forward thread:
+collate -> backend.forward (named outputs) -> heads (one result per item) -> back here,
+where the request's own finishing (normalise, Matryoshka, scores) runs.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +13,25 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ember.backends import load_backend
 from ember.backends.base import Backend
-from ember.engine.batcher import Batcher, pad_batch, padding_budget_for
-from ember.engine.tokenizer import Direction, TextTokenizer, Tokens
-from ember.errors import BadRequest, NotFound, NotReady, RequestTimeout
+from ember.capabilities import ModelKind, Output
+from ember.engine.batcher import Batcher, padding_budget_for
+from ember.errors import BadRequest, NotReady, RequestTimeout
+from ember.heads import postprocess
+from ember.heads.build import build_heads
+from ember.heads.scores import maxsim
 from ember.metrics import Metrics
 from ember.models.resolve import resolve_model
-from ember.models.spec import ModelSpec, ResolvedModel, Task
-from ember.tasks import postprocess
+from ember.models.spec import ModelSpec, ResolvedModel
+from ember.processors import TextProcessor, build_processor
+from ember.processors.text import Direction, Tokens
 
 log = logging.getLogger(__name__)
-
-TASK_NOUNS = {"embed": "embeddings", "rerank": "reranking", "classify": "classification"}
 
 # Requests with at most this many characters (or token ids) are tokenised on the event
 # loop: one sentence takes ~0.1 ms in the Rust tokenizer, less than handing it to a
@@ -44,11 +52,31 @@ class Timings:
 
 @dataclass
 class Result:
-    """What an engine call returns: per-input outputs plus accounting."""
+    """What an engine call returns: per-input outputs plus accounting.
 
-    outputs: np.ndarray
+    ``outputs`` is float32 [n, d] for dense embeddings and scores, a list of [k_i, d]
+    arrays for multi-vector embeddings, a list of ``SparseVector`` for sparse ones.
+    """
+
+    outputs: Any
     prompt_tokens: int
     timings: Timings = field(default_factory=Timings)
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One input on its way through the batcher: its tokens and the head it wants."""
+
+    tokens: Tokens
+    output: Output
+
+    @property
+    def cost(self) -> int:
+        return self.tokens.cost
+
+    @property
+    def key(self) -> None:
+        return self.tokens.key
 
 
 class Engine:
@@ -64,7 +92,8 @@ class Engine:
         self._backend_loader = backend_loader
         self.model: ResolvedModel | None = None
         self.backend: Backend | None = None
-        self.tokenizer: TextTokenizer | None = None
+        self.processor: TextProcessor | None = None
+        self.heads: dict[Output, Any] = {}
         self.batcher: Batcher | None = None
         self._tokenize_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
         self.ready = False
@@ -81,30 +110,31 @@ class Engine:
         model = await loop.run_in_executor(None, resolve_model, self.spec)
         backend = await loop.run_in_executor(None, self._backend_loader, model)
         self.model, self.backend = model, backend
-        static_batch = getattr(backend, "max_batch_size", None)
-        static_length = getattr(backend, "max_length", None)
-        self.tokenizer = await loop.run_in_executor(None, TextTokenizer, model, static_length)
+        self.processor = await loop.run_in_executor(
+            None, build_processor, model, backend.max_length
+        )
+        self.heads = await loop.run_in_executor(None, build_heads, model)
+        static_batch = backend.max_batch_size
         max_batch_size = min(self.spec.max_batch_size, static_batch or self.spec.max_batch_size)
         self.batcher = Batcher(
-            backend,
+            self._run_batch,
             name=model.served_name,
-            pad_id=self.tokenizer.pad_id,
             max_batch_tokens=self.spec.max_batch_tokens,
             max_batch_size=max_batch_size,
             max_queue_size=self.spec.max_queue_size,
             metrics=self.metrics,
-            workers=getattr(backend, "parallel_forwards", 1),
-            padding=getattr(backend, "padding", None) or padding_budget_for(backend.info.device),
+            workers=backend.parallel_forwards,
+            padding=backend.padding or padding_budget_for(backend.info.device),
         )
         self.batcher.start()
         self.load_seconds = time.perf_counter() - started
         await self._warm_up()
         self.ready = True
         log.info(
-            "model %s ready: task=%s backend=%s device=%s dtype=%s forwards=%d "
+            "model %s ready: kind=%s backend=%s device=%s dtype=%s forwards=%d "
             "load=%.2fs warm-up=%.2fs",
             model.served_name,
-            model.task,
+            self.kind.name,
             backend.info.name,
             backend.info.device,
             backend.info.dtype,
@@ -113,31 +143,49 @@ class Engine:
             self.warmup_seconds,
         )
 
+    def _run_batch(self, pieces: Sequence[Piece]) -> list[Any]:
+        """One batch on a forward thread: collate, forward, and each row's head."""
+        assert self.processor is not None and self.backend is not None
+        batch = self.processor.collate([p.tokens for p in pieces])
+        outputs = self.backend.forward(batch)
+        first = pieces[0].output
+        if all(p.output == first for p in pieces):
+            return self.heads[first].split(outputs, batch, range(len(pieces)))
+        results: list[Any] = [None] * len(pieces)
+        for output in {p.output for p in pieces}:
+            rows = [i for i, p in enumerate(pieces) if p.output == output]
+            for row, value in zip(
+                rows, self.heads[output].split(outputs, batch, rows), strict=True
+            ):
+                results[row] = value
+        return results
+
     async def _warm_up(self) -> None:
-        """One batch per forward worker, then one real request.
+        """One batch per forward worker, then one real request per head.
 
         On an accelerator the batch has the largest shape the batcher can form, so running
         out of device memory shows at start, not under load. On CPU memory grows on demand
         and kernels are not shape-specialised, and a largest-shape batch was 80% of the
         cold start (4.4 of 5.5 s for MiniLM on ct2), so a small one warms the threads.
         """
-        assert self.batcher and self.tokenizer and self.backend
+        assert self.batcher and self.processor and self.backend
         started = time.perf_counter()
-        length = self.tokenizer.max_length
+        length = self.processor.max_length
         count = max(1, min(self.batcher.max_batch_size, self.spec.max_batch_tokens // length))
         if self.backend.info.device == "cpu":
             length, count = min(length, CPU_WARM_UP_LENGTH), 1
-        filler = Tokens([self.tokenizer.pad_id + 1] * length, [0] * length)
-        largest = pad_batch([filler] * count, self.tokenizer.pad_id)
+        outputs = self.kind.outputs
+        largest = [Piece(self.processor.filler(length), outputs[0])] * count
         # Once per forward worker at the same time, so every worker thread is warm too.
         await asyncio.gather(
             *(self.batcher.run_direct(largest) for _ in range(self.batcher.workers))
         )
-        if self.task == "embed":
-            await self.embed(["warm-up"])
-        elif self.task == "rerank":
+        for output in outputs:
+            if output != "logits":
+                await self.embed(["warm-up"], output=output)
+        if self.kind.scoring is not None:
             await self.rerank("warm-up", ["warm-up"])
-        else:
+        if self.kind.classifies:
             await self.classify(["warm-up"])
         self.warmup_seconds = time.perf_counter() - started
 
@@ -155,19 +203,13 @@ class Engine:
         return self.model.served_name if self.model else (self.spec.served_model_name or "")
 
     @property
-    def task(self) -> Task:
-        assert self.model is not None, "engine not started"
-        return self.model.task
+    def kind(self) -> ModelKind:
+        assert self.model is not None and self.model.kind is not None, "engine not started"
+        return self.model.kind
 
-    def require(self, task: Task) -> ResolvedModel:
+    def _loaded(self) -> ResolvedModel:
         if self.batcher is None or self.model is None:
             raise NotReady(f"model {self.name!r} is still loading")
-        if self.model.task != task:
-            raise BadRequest(
-                f"model {self.name!r} does not do {TASK_NOUNS[task]}; it serves "
-                f"{TASK_NOUNS[self.model.task]} (/{_route_hint(self.model.task)})",
-                param="model",
-            )
         return self.model
 
     # ---- the calls -------------------------------------------------------------------------
@@ -175,30 +217,55 @@ class Engine:
         self,
         inputs: Sequence[str] | Sequence[Sequence[int]],
         *,
+        output: Output | None = None,
         normalize: bool | None = None,
         dimensions: int | None = None,
         truncate: bool = True,
         truncation_direction: Direction = "right",
         prompt_name: str | None = None,
+        query: bool = False,
     ) -> Result:
-        model = self.require("embed")
-        if dimensions is not None:  # refuse before spending compute
-            postprocess.truncate_dimensions(np.zeros((1, 1)), dimensions, model.hidden_size)
-        texts_or_ids = list(inputs)
-        if texts_or_ids and not isinstance(texts_or_ids[0], str):
-            job = lambda: self.tokenizer.from_ids(texts_or_ids, truncate=truncate)  # noqa: E731
-        else:
-            texts_or_ids = self.with_prompt(texts_or_ids, prompt_name)  # type: ignore[arg-type]
-            job = lambda: self.tokenizer.encode(  # noqa: E731
-                texts_or_ids, truncate=truncate, direction=truncation_direction
+        """Embeddings of ``output`` kind (default: the model's first). ``query`` asks for
+        query-side encoding where a model has one (ColBERT's markers and expansion)."""
+        model = self._loaded()
+        kind = self.kind
+        output = output or kind.embedding
+        if output is None or output == "logits":
+            raise BadRequest(
+                f"model {self.name!r} ({kind.name}) does not embed; it serves {kind.serves()}",
+                param="model",
             )
-        result = await self._run(job, sum(map(len, texts_or_ids)))
-        result.outputs = postprocess.embedding_output(
-            result.outputs,
-            normalize=model.normalize if normalize is None else normalize,
-            dimensions=dimensions,
-            hidden=model.hidden_size,
-        )
+        kind.require_output(output, self.name)
+        if dimensions is not None:  # refuse before spending compute
+            if output != "dense":
+                raise BadRequest(
+                    f"dimensions applies to dense embeddings; model {self.name!r} returns "
+                    f"{output} embeddings here",
+                    param="dimensions",
+                )
+            postprocess.truncate_dimensions(np.zeros((1, 1)), dimensions, model.hidden_size)
+        processor = self.processor
+        assert processor is not None
+        items = list(inputs)
+        if items and not isinstance(items[0], str):
+            job = lambda: processor.from_ids(items, truncate=truncate, query=query)  # noqa: E731
+        else:
+            if processor.encodes_queries and prompt_name in ("query", "document"):
+                query, prompt_name = prompt_name == "query", None
+            texts = self.with_prompt(items, prompt_name)  # type: ignore[arg-type]
+            job = lambda: processor.encode(  # noqa: E731
+                texts, truncate=truncate, direction=truncation_direction, query=query
+            )
+        rows, result = await self._run(job, sum(map(len, items)), output)
+        if output == "dense":
+            result.outputs = postprocess.embedding_output(
+                np.stack(rows),
+                normalize=model.normalize if normalize is None else normalize,
+                dimensions=dimensions,
+                hidden=model.hidden_size,
+            )
+        else:
+            result.outputs = rows
         return result
 
     async def rerank(
@@ -209,33 +276,53 @@ class Engine:
         raw_scores: bool = False,
         truncate: bool = True,
     ) -> Result:
-        self.require("rerank")
+        """One score per document: a cross-encoder's (sigmoid unless raw), or MaxSim's."""
+        self._loaded()
+        processor = self.processor
+        assert processor is not None
+        if self.kind.require_scoring(self.name) == "maxsim":
+            docs = list(documents)
+
+            def encode() -> list[Tokens]:
+                return processor.encode([query], truncate=truncate, query=True) + (
+                    processor.encode(docs, truncate=truncate)
+                )
+
+            rows, result = await self._run(encode, len(query) + sum(map(len, docs)), "multi")
+            result.outputs = np.array([maxsim(rows[0], d) for d in rows[1:]], dtype=np.float64)
+            return result
         pairs = [(query, doc) for doc in documents]
-        result = await self._run(
-            lambda: self.tokenizer.encode_pairs(pairs, truncate=truncate),
+        rows, result = await self._run(
+            lambda: processor.encode_pairs(pairs, truncate=truncate),
             len(query) * len(pairs) + sum(map(len, documents)),
+            "logits",
         )
-        result.outputs = postprocess.rerank_scores(result.outputs, raw=raw_scores)
+        result.outputs = postprocess.rerank_scores(np.stack(rows), raw=raw_scores)
         return result
 
     async def classify(
         self, texts: Sequence[str], *, raw_scores: bool = False, truncate: bool = True
     ) -> tuple[list[list[dict]], Result]:
-        model = self.require("classify")
-        result = await self._run(
-            lambda: self.tokenizer.encode(list(texts), truncate=truncate), sum(map(len, texts))
+        model = self._loaded()
+        self.kind.require_classify(self.name)
+        processor = self.processor
+        assert processor is not None
+        rows, result = await self._run(
+            lambda: processor.encode(list(texts), truncate=truncate),
+            sum(map(len, texts)),
+            "logits",
         )
-        return postprocess.label_scores(result.outputs, model.id2label, raw=raw_scores), result
+        return postprocess.label_scores(np.stack(rows), model.id2label, raw=raw_scores), result
 
     async def tokenize(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list:
-        if self.tokenizer is None:
+        processor = self.processor
+        if processor is None:
             raise NotReady(f"model {self.name!r} is still loading")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             self._tokenize_pool,
             lambda: [
-                self.tokenizer.tokenize_detail(t, add_special_tokens=add_special_tokens)
-                for t in texts
+                processor.tokenize_detail(t, add_special_tokens=add_special_tokens) for t in texts
             ],
         )
 
@@ -251,9 +338,11 @@ class Engine:
                 param="prompt_name",
             )
         prefix = self.model.prompts[name]
-        return [prefix + t for t in texts]
+        return [prefix + t for t in texts] if prefix else texts
 
-    async def _run(self, tokenize: Callable[[], list[Tokens]], size: int) -> Result:
+    async def _run(
+        self, tokenize: Callable[[], list[Tokens]], size: int, output: Output
+    ) -> tuple[list[Any], Result]:
         """Tokenize (inline when ``size`` is small, else on a thread), queue, await rows."""
         assert self.batcher is not None and self.model is not None
         t0 = time.perf_counter()
@@ -263,7 +352,7 @@ class Engine:
             loop = asyncio.get_running_loop()
             tokens = await loop.run_in_executor(self._tokenize_pool, tokenize)
         timings = Timings(tokenize=time.perf_counter() - t0)
-        futures = self.batcher.submit(tokens)
+        futures = self.batcher.submit([Piece(t, output) for t in tokens])
         try:
             rows = await asyncio.wait_for(asyncio.gather(*futures), self.spec.request_timeout)
         except asyncio.TimeoutError:
@@ -280,79 +369,5 @@ class Engine:
         self.metrics.stage_seconds.labels(name, "tokenize").observe(timings.tokenize)
         self.metrics.stage_seconds.labels(name, "queue").observe(timings.queue)
         self.metrics.stage_seconds.labels(name, "forward").observe(timings.forward)
-        return Result(
-            outputs=np.stack([r.row for r in rows]),
-            prompt_tokens=sum(len(t) for t in tokens),
-            timings=timings,
-        )
-
-
-def _route_hint(task: Task) -> str:
-    return {"embed": "v1/embeddings", "rerank": "v1/rerank", "classify": "classify"}[task]
-
-
-class EngineArray:
-    """All served models; routes a request's ``model`` field to its engine."""
-
-    def __init__(
-        self,
-        specs: Sequence[ModelSpec],
-        *,
-        metrics: Metrics | None = None,
-        backend_loader: Callable[[ResolvedModel], Backend] = load_backend,
-    ) -> None:
-        self.metrics = metrics or Metrics()
-        self.engines = [
-            Engine(spec, metrics=self.metrics, backend_loader=backend_loader) for spec in specs
-        ]
-        self.started = False
-
-    @classmethod
-    def from_settings(cls, settings: object) -> EngineArray:
-        return cls(settings.model_specs())  # type: ignore[attr-defined]
-
-    async def start(self) -> None:
-        for engine in self.engines:  # one at a time: loading is memory- and CPU-bound
-            await engine.start()
-        self.started = True
-
-    async def stop(self) -> None:
-        for engine in self.engines:
-            await engine.stop()
-        self.started = False
-
-    @property
-    def ready(self) -> bool:
-        return bool(self.engines) and all(e.ready for e in self.engines)
-
-    @property
-    def names(self) -> list[str]:
-        return [e.name for e in self.engines]
-
-    def get(self, name: str | None) -> Engine:
-        """One model: any name is accepted (as Infinity and TEI do). Several: exact match."""
-        if len(self.engines) == 1:
-            return self.engines[0]
-        for engine in self.engines:
-            if engine.name == name:
-                return engine
-        served = ", ".join(self.names)
-        if not name:
-            raise BadRequest(
-                f"several models are served; set `model` to one of: {served}", param="model"
-            )
-        raise NotFound(f"model {name!r} is not served here; served models: {served}", param="model")
-
-    def for_task(self, name: str | None, task: Task) -> Engine:
-        """Like get(), but with no name and several models, pick the one doing ``task``."""
-        if not name and len(self.engines) > 1:
-            doing = [e for e in self.engines if e.model is not None and e.model.task == task]
-            if len(doing) == 1:
-                return doing[0]
-        return self.get(name)
-
-    def __getitem__(self, name: str) -> Engine:
-        return self.get(name)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self.engines)
+        result = Result(None, prompt_tokens=sum(len(t) for t in tokens), timings=timings)
+        return [r.row for r in rows], result

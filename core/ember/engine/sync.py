@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ember.config import ServerSettings, settings_from_env
-from ember.engine.engine import EngineArray
+from ember.engine.array import EngineArray
 from ember.engine.loop import EngineLoop
 
 T = TypeVar("T")

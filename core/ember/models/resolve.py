@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ember.capabilities import KINDS, kind_for_task
 from ember.config import DEFAULT_MODEL_NAME
 from ember.errors import ConfigError
 from ember.models.spec import ModelSpec, Pooling, ResolvedModel, Task
@@ -87,27 +88,60 @@ def _read_json(path: Path) -> Any:
         raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
 
 
-def _st_modules(root: Path) -> tuple[Path, Pooling | None, bool, int | None]:
-    """Read modules.json: (transformer dir, pooling mode, normalize?, pooled width)."""
+@dataclass(frozen=True)
+class StModules:
+    """What modules.json says: where the transformer is, and what follows it."""
+
+    transformer_dir: Path
+    pooling: Pooling | None = None
+    normalize: bool = False
+    width: int | None = None
+    kind: str | None = None  # "colbert" or "splade" when the modules say so
+
+
+# Module types by the last part of their class path; any other module is refused.
+_COLBERT_MODULES = ("pylate.models.Dense", "pylate.models.Dense.Dense")
+_SPARSE_MODULES = ("MLMTransformer", "SpladePooling")
+
+
+def _st_modules(root: Path) -> StModules:
     modules = _read_json(root / "modules.json")
     if not modules:
-        return root, None, False, None
-    transformer_dir, pooling, normalize, width = root, None, False, None
+        return StModules(root)
+    transformer_dir, pooling, normalize, width, kind = root, None, False, None, None
     for module in modules:
-        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+        full = str(module.get("type", ""))
+        name = full.rsplit(".", 1)[-1]
         mpath = root / module.get("path", "")
-        if kind == "Transformer" and module.get("path"):
-            transformer_dir = mpath
-        elif kind == "Pooling":
+        if name in ("Transformer", "MLMTransformer"):
+            transformer_dir = mpath if module.get("path") else root
+            if name == "MLMTransformer":
+                kind = "splade"
+        elif name == "SpladePooling":
+            _check_splade_pooling(_read_json(mpath / "config.json") or {}, mpath)
+            kind = "splade"
+        elif full in _COLBERT_MODULES or (full.startswith("pylate.") and name == "Dense"):
+            kind = "colbert"
+        elif name == "Pooling":
             pooling, width = _pooling_from_config(_read_json(mpath / "config.json") or {})
-        elif kind == "Normalize":
+        elif name == "Normalize":
             normalize = True
-        elif kind not in ("Transformer",):
+        else:
             raise ConfigError(
-                f"sentence-transformers module {kind!r} in {root / 'modules.json'} is not "
-                "supported yet; Ember serves Transformer + Pooling (+ Normalize) models"
+                f"sentence-transformers module {name!r} in {root / 'modules.json'} is not "
+                "supported yet; Ember serves Transformer + Pooling (+ Normalize) models, "
+                "PyLate ColBERT and SPLADE SparseEncoder models"
             )
-    return transformer_dir, pooling, normalize, width
+    return StModules(transformer_dir, pooling, normalize, width, kind)
+
+
+def _check_splade_pooling(cfg: dict, path: Path) -> None:
+    strategy = cfg.get("pooling_strategy", "max")
+    act = cfg.get("activation_function", "relu")
+    if strategy != "max" or act != "relu":
+        raise ConfigError(
+            f"{path}: SpladePooling {strategy}/{act} is not supported; Ember serves max/relu"
+        )
 
 
 def _pooling_from_config(cfg: dict) -> tuple[Pooling | None, int | None]:
@@ -123,6 +157,18 @@ def _pooling_from_config(cfg: dict) -> tuple[Pooling | None, int | None]:
     if len(chosen) > 1:
         raise ConfigError(f"several pooling modes {chosen} set; Ember pools with one")
     return (chosen[0] if chosen else None), cfg.get("word_embedding_dimension")
+
+
+def detect_kind(root: Path, modules: StModules) -> str | None:
+    """The capability-table row the files name, beyond a plain encoder or classifier."""
+    if (root / "colbert_linear.pt").exists() and (root / "sparse_linear.pt").exists():
+        return "bge-m3"
+    if modules.kind is not None:
+        return modules.kind
+    st_cfg = _read_json(root / "config_sentence_transformers.json") or {}
+    if {"query_length", "document_length"} <= st_cfg.keys():
+        return "colbert"  # PyLate, saved with sentence-transformers' own Dense class
+    return None
 
 
 def detect_task(config: dict) -> tuple[Task, int, dict[int, str]]:
@@ -154,7 +200,13 @@ def _max_length(root: Path, hf_dir: Path, config: dict) -> int:
 
 def resolve_model(spec: ModelSpec) -> ResolvedModel:
     root, served_name = locate(spec)
-    hf_dir, st_pooling, normalize, width = _st_modules(root)
+    modules = _st_modules(root)
+    hf_dir, st_pooling, normalize, width = (
+        modules.transformer_dir,
+        modules.pooling,
+        modules.normalize,
+        modules.width,
+    )
     config = _read_json(hf_dir / "config.json")
     if config is None:
         raise ConfigError(f"{hf_dir} has no config.json; is it a transformers model?")
@@ -167,8 +219,10 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
         )
     if task == "embed" and detected != "embed":
         log.warning("serving classifier %s as an embedding model (--task embed)", served_name)
+    special = detect_kind(root, modules) if task == "embed" else None
+    kind = KINDS[special] if special else kind_for_task(task)
     pooling: Pooling | None = spec.pooling or st_pooling
-    if task == "embed" and pooling is None:
+    if "dense" in kind.outputs and pooling is None:
         raise ConfigError(
             f"{served_name} has no sentence-transformers pooling config (1_Pooling/config.json); "
             "pass --pooling cls|mean|last|max so the vectors are not silently wrong"
@@ -191,4 +245,6 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
         prompts={str(k): str(v) for k, v in (st_cfg.get("prompts") or {}).items()},
         default_prompt_name=st_cfg.get("default_prompt_name"),
         config=config,
+        kind=kind,
+        root=root,
     )

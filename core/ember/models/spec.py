@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from ember.capabilities import Backbone, ModelKind
 
 Task = Literal["embed", "rerank", "classify"]
 Pooling = Literal["cls", "mean", "last", "max"]
@@ -36,7 +39,12 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    """A model's files on disk plus everything read from them; input to a backend."""
+    """A model's files on disk plus everything read from them; input to a backend.
+
+    ``path`` is the transformer's directory (what a backend loads), ``root`` the model's
+    own (where sentence-transformers and head files live). ``kind`` is the row of the
+    capability table (``ember.capabilities``); left out, it follows ``task``.
+    """
 
     spec: ModelSpec
     path: Path
@@ -53,6 +61,22 @@ class ResolvedModel:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     config: dict = field(default_factory=dict)
+    kind: ModelKind | None = None
+    root: Path | None = None
+
+    def __post_init__(self) -> None:
+        from ember.capabilities import KINDS, kind_for_task
+
+        if self.kind is None:
+            object.__setattr__(self, "kind", kind_for_task(self.task))
+        if self.root is None:
+            object.__setattr__(self, "root", self.path)
+        assert self.kind is not None and self.kind.name in KINDS
+
+    @property
+    def backbone(self) -> Backbone:
+        assert self.kind is not None
+        return self.kind.backbone
 
     @property
     def device(self) -> str:

@@ -1,4 +1,5 @@
-"""Text -> token ids with the model's Rust tokenizer.
+"""The text processor: text -> token ids with the model's Rust tokenizer, and a batch
+of them -> one right-padded ``TokenBatch``.
 
 Runs on worker threads: ``encode_batch`` releases the GIL, so tokenising the next
 request overlaps with the forward pass of the current batch.
@@ -6,12 +7,15 @@ request overlaps with the forward pass of the current batch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from ember.backends.base import TokenBatch
 from ember.errors import BadRequest, ConfigError
 from ember.models.spec import ResolvedModel
 
@@ -20,14 +24,58 @@ Direction = Literal["right", "left"]
 
 @dataclass(frozen=True)
 class Tokens:
-    """One text's ids, ready to batch; ``truncated_from`` is the length before truncation."""
+    """One text's ids, ready to batch; ``truncated_from`` is the length before truncation.
+
+    ``attention`` is the attention mask when not all ones (ColBERT's query expansion);
+    ``keep`` the positions a multi-vector output keeps when not all (ColBERT's document
+    skiplist). ``cost`` is what the batcher schedules by: the padded positions it takes.
+    """
 
     ids: list[int]
     type_ids: list[int]
     truncated_from: int | None = None
+    attention: list[int] | None = None
+    keep: tuple[int, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def cost(self) -> int:
+        return len(self.ids)
+
+    @property
+    def key(self) -> None:
+        """Texts of any length share a batch (padding makes the shapes agree)."""
+        return None
+
+
+def collate(tokens: Sequence[Tokens], pad_id: int) -> TokenBatch:
+    """Right-pad a batch of token lists into int64 arrays."""
+    longest = max(len(t) for t in tokens)
+    ids = np.full((len(tokens), longest), pad_id, dtype=np.int64)
+    mask = np.zeros((len(tokens), longest), dtype=np.int64)
+    types = np.zeros((len(tokens), longest), dtype=np.int64)
+    lengths = np.empty(len(tokens), dtype=np.int64)
+    custom_mask = False
+    keep = tuple(t.keep for t in tokens)
+    for row, tok in enumerate(tokens):
+        n = len(tok)
+        ids[row, :n] = tok.ids
+        types[row, :n] = tok.type_ids
+        lengths[row] = n
+        if tok.attention is None:
+            mask[row, :n] = 1
+        else:
+            mask[row, :n] = tok.attention
+            custom_mask = True
+    return TokenBatch(
+        ids,
+        mask,
+        types,
+        lengths if custom_mask else None,
+        keep if any(k is not None for k in keep) else None,
+    )
 
 
 def load_tokenizer(path: Path) -> Tokenizer:
@@ -43,7 +91,12 @@ def load_tokenizer(path: Path) -> Tokenizer:
 
 
 class TextTokenizer:
-    """Truncating and exact-length tokenisation, single texts and (query, doc) pairs."""
+    """Truncating and exact-length tokenisation, single texts and (query, doc) pairs.
+
+    ``query`` is accepted and ignored: these models encode queries and documents alike.
+    """
+
+    encodes_queries = False
 
     def __init__(self, model: ResolvedModel, max_length: int | None = None) -> None:
         base = load_tokenizer(model.path)
@@ -86,7 +139,12 @@ class TextTokenizer:
         return enc.ids[: content[0]], enc.ids[content[-1] + 1 :]
 
     def encode(
-        self, texts: list[str], *, truncate: bool = True, direction: Direction = "right"
+        self,
+        texts: list[str],
+        *,
+        truncate: bool = True,
+        direction: Direction = "right",
+        query: bool = False,
     ) -> list[Tokens]:
         encodings = self._truncating[direction].encode_batch(texts)
         return [
@@ -115,7 +173,9 @@ class TextTokenizer:
             )
         return Tokens(enc.ids, enc.type_ids, truncated_from=full)
 
-    def from_ids(self, sequences: list[list[int]], *, truncate: bool = True) -> list[Tokens]:
+    def from_ids(
+        self, sequences: list[list[int]], *, truncate: bool = True, query: bool = False
+    ) -> list[Tokens]:
         """Token-id input (OpenAI style): the model's special tokens are added around it."""
         out = []
         room = self.max_length - len(self._prefix) - len(self._suffix)
@@ -136,6 +196,14 @@ class TextTokenizer:
             ids = self._prefix + list(seq[:room]) + self._suffix
             out.append(Tokens(ids, [0] * len(ids), full if len(seq) > room else None))
         return out
+
+    def collate(self, tokens: Sequence[Tokens]) -> TokenBatch:
+        return collate(tokens, self.pad_id)
+
+    def filler(self, length: int) -> Tokens:
+        """A text of ``length`` ordinary tokens, for warm-up batches."""
+        length = min(length, self.max_length)
+        return Tokens([self.pad_id + 1] * length, [0] * length)
 
     def count(self, texts: list[str]) -> list[int]:
         return [len(e.ids) for e in self._exact.encode_batch(texts)]

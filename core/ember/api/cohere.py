@@ -1,0 +1,215 @@
+"""Cohere's embed API (``POST /v1/embed``, ``/v2/embed``), as the ``cohere`` SDK speaks it.
+
+What the SDK (7.x) sends, read from its source: v1 ``Client.embed`` posts ``texts``,
+``images``, ``model``, ``input_type``, ``embedding_types``, ``truncate`` (in batches of 96
+texts, merged client-side); v2 ``ClientV2.embed`` adds ``inputs``, ``max_tokens``,
+``output_dimension`` and ``priority``. Unset arguments are left out, ``None`` is sent as
+null, so every optional field here takes null as "default".
+
+What it parses: v1 reads ``response_type`` to pick ``embeddings_floats`` (``embeddings``
+a list of float lists, ``texts`` required) or ``embeddings_by_type`` (``embeddings`` an
+object keyed by type); v2 always reads the by-type shape. Both read ``id`` and ``meta``
+(``api_version.version``, ``billed_units.input_tokens``, summed over v1's batches).
+
+Vectors are always normalised before the output types are computed (the formulas in
+``ember.heads.quantize`` assume values in [-1, 1]), so ``float`` here is unit-length even
+for a model whose own config does not normalise.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import Field, field_validator, model_validator
+
+from ember.api.operations import Reply, check_batch
+from ember.api.schemas import NonEmptyText, _Body
+from ember.engine import Engine, EngineArray, Result
+from ember.errors import BadRequest
+from ember.heads.quantize import EmbeddingType, encode_embeddings, to_float
+
+InputType = Literal["search_document", "search_query", "classification", "clustering", "image"]
+Truncate = Literal["NONE", "START", "END"]
+
+# Cohere's input_type -> the model's prompt names to try, first found wins. The aliases
+# are sentence-transformers' own (encode_query: "query"; encode_document: "document",
+# "passage", "corpus"); the Cohere name itself comes first for models that use it.
+PROMPT_NAMES: dict[str, tuple[str, ...]] = {
+    "search_query": ("search_query", "query"),
+    "search_document": ("search_document", "document", "passage", "corpus"),
+    "classification": ("classification",),
+    "clustering": ("clustering",),
+}
+
+# Cohere's truncate -> (truncate, which side is cut). START drops the start of the text,
+# so the tokenizer keeps the end ("left"); END keeps the start. Cohere's default is END.
+TRUNCATION: dict[str, tuple[bool, Literal["left", "right"]]] = {
+    "NONE": (False, "right"),
+    "START": (True, "left"),
+    "END": (True, "right"),
+}
+
+
+class CohereEmbedRequest(_Body):
+    """Cohere ``POST /v1/embed``: answers ``embeddings_floats`` unless ``embedding_types``."""
+
+    texts: Annotated[list[NonEmptyText], Field(min_length=1)] | None = Field(
+        None, description="The texts to embed."
+    )
+    images: list[Any] | None = Field(None, description="Refused: this server embeds text.")
+    model: str | None = Field(None, description="Served model name; any name with one model.")
+    input_type: InputType | None = Field(
+        None,
+        description="Picks the model's own prompt where it has one: search_query -> `query`, "
+        "search_document -> `document` / `passage` / `corpus`, classification, clustering.",
+    )
+    embedding_types: Annotated[list[EmbeddingType], Field(min_length=1)] | None = Field(
+        None,
+        description="Of the normalised vector v, rounding half to even: float; "
+        "int8 = round(127 v); uint8 = round(127.5 (v + 1)); ubinary = packbits(v > 0); "
+        "binary = ubinary - 128; base64 = v as little-endian float32 bytes. "
+        "Absent: v1 answers embeddings_floats, v2 float.",
+    )
+    truncate: Truncate | None = Field(
+        None,
+        description="NONE: refuse over-long text (400); START: cut its start; END (default): "
+        "cut its end.",
+    )
+    output_dimension: int | None = Field(
+        None, ge=1, description="Matryoshka: keep the first N values, then re-normalise."
+    )
+
+    @field_validator("truncate", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _has_input(self) -> CohereEmbedRequest:
+        # A body with nothing to embed does not fit the schema (422, like every route's);
+        # one with images does, and is refused by the operation with its own 400.
+        if self.texts is None and not self.images and not getattr(self, "inputs", None):
+            raise ValueError("`texts` is required: a non-empty list of strings")
+        return self
+
+
+class CohereEmbedV2Request(CohereEmbedRequest):
+    """Cohere ``POST /v2/embed``: always answers ``embeddings_by_type`` (float by default)."""
+
+    inputs: list[Any] | None = Field(None, description="Refused: this server embeds text.")
+    max_tokens: int | None = Field(
+        None, ge=1, description="Accepted when at least the model's max tokens (a no-op)."
+    )
+
+
+def prompt_for(input_type: str | None, prompts: Mapping[str, str]) -> str | None:
+    """The model's prompt name for a Cohere ``input_type``, or None to use no named one
+    (the engine then applies the model's default prompt, as sentence-transformers does)."""
+    for name in PROMPT_NAMES.get(input_type or "", ()):
+        if name in prompts:
+            return name
+    return None
+
+
+def embed_response(
+    vectors: np.ndarray,
+    texts: list[str],
+    input_tokens: int,
+    *,
+    embedding_types: list[str] | None,
+    api_version: str,
+) -> dict[str, Any]:
+    """Cohere's answer. ``embedding_types=None`` gives v1's ``embeddings_floats`` shape."""
+    embeddings: list | dict[str, list]
+    if embedding_types is None:
+        response_type, embeddings = "embeddings_floats", list(to_float(vectors))
+    else:
+        response_type = "embeddings_by_type"
+        embeddings = encode_embeddings(vectors, embedding_types)
+    return {
+        "id": str(uuid.uuid4()),
+        "response_type": response_type,
+        "embeddings": embeddings,
+        "texts": texts,
+        "meta": {
+            "api_version": {"version": api_version},
+            "billed_units": {"input_tokens": input_tokens},
+        },
+    }
+
+
+def _texts(body: CohereEmbedRequest) -> list[str]:
+    """The texts to embed, or a 400 naming what this server cannot do."""
+    for field in ("images", "inputs"):
+        if getattr(body, field, None):
+            raise BadRequest(
+                f"`{field}` is not supported: image embedding needs an image model; send `texts`",
+                param=field,
+            )
+    if body.input_type == "image":
+        raise BadRequest(
+            "input_type 'image' is not supported: image embedding needs an image model",
+            param="input_type",
+        )
+    if not body.texts:  # the schema already refuses this; kept for direct callers
+        raise BadRequest("`texts` is required: a non-empty list of strings", param="texts")
+    return body.texts
+
+
+def _check_limits(engine: Engine, body: CohereEmbedRequest) -> None:
+    """Refuse sizes this model cannot give, naming Cohere's fields (before any compute)."""
+    model = engine.model
+    if model is None:
+        return  # still loading: the engine call answers 503
+    dims = body.output_dimension
+    if dims is not None and dims > model.hidden_size:
+        raise BadRequest(
+            f"output_dimension must be between 1 and {model.hidden_size} for model "
+            f"{engine.name!r}, got {dims}",
+            param="output_dimension",
+        )
+    max_tokens = getattr(body, "max_tokens", None)
+    if max_tokens is not None and max_tokens < model.max_length:
+        raise BadRequest(
+            f"max_tokens below the model's maximum ({model.max_length}) is not supported; "
+            "leave it out to embed up to the maximum",
+            param="max_tokens",
+        )
+
+
+async def _embed(engine: Engine, texts: list[str], body: CohereEmbedRequest) -> Result:
+    """The one engine call: normalised dense vectors, Cohere's truncation and input_type."""
+    truncate, direction = TRUNCATION[body.truncate or "END"]
+    prompts = engine.model.prompts if engine.model is not None else {}
+    return await engine.embed(
+        texts,
+        output="dense",  # Cohere's types are of one vector per text
+        normalize=True,
+        dimensions=body.output_dimension,
+        truncate=truncate,
+        truncation_direction=direction,
+        prompt_name=prompt_for(body.input_type, prompts),
+    )
+
+
+async def cohere_embed(engines: EngineArray, body: CohereEmbedRequest, limit: int) -> Reply:
+    texts = _texts(body)
+    check_batch(len(texts), limit, "texts")
+    engine = engines.for_task(body.model, "embed")
+    _check_limits(engine, body)
+    result = await _embed(engine, texts, body)
+    v2 = isinstance(body, CohereEmbedV2Request)
+    types = body.embedding_types or (["float"] if v2 else None)
+    return Reply(
+        embed_response(
+            result.outputs,
+            texts,
+            result.prompt_tokens,
+            embedding_types=types,
+            api_version="2" if v2 else "1",
+        ),
+        result.timings,
+    )

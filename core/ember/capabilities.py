@@ -1,0 +1,136 @@
+"""The capability table: per kind of model, its backbone, its outputs and what it serves.
+
+One row per kind replaces the task switches that every layer once had: the resolver
+detects the kind, backends load the row's backbone, the engine builds the row's
+processor and heads, and the API asks the row whether a route is served. A new kind of
+model is one row here (plus its heads and, for a new input kind, its processor).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ember.errors import BadRequest
+
+# What the network of a model computes, and so what a backend loads and returns:
+# an encoder's token states, or a sequence classifier's logits (ember.backends.base).
+Backbone = Literal["encoder", "sequence-classifier"]
+
+# What one input can come back as:
+#   dense   one vector (pooled)            /v1/embeddings, /embed, /v2/embed
+#   multi   one vector per token (ColBERT)  /v1/embeddings, /embed_all, MaxSim rerank
+#   sparse  {index: weight} over the vocab  /v1/embeddings, /embed_sparse
+#   logits  the classifier's raw logits      /rerank (cross-encoder), /classify
+Output = Literal["dense", "multi", "sparse", "logits"]
+
+# Capability names as /v1/models lists them (Infinity's names where it has one).
+Capability = Literal["embed", "embed_sparse", "embed_multi", "rerank", "classify"]
+
+# How a model scores (query, document) pairs for /rerank.
+Scoring = Literal["cross-encoder", "maxsim"]
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    name: str
+    backbone: Backbone
+    outputs: tuple[Output, ...]  # the heads it has, its default embedding first
+    scoring: Scoring | None = None
+    classifies: bool = False
+    task: str = "embed"  # the coarse task of --task and /info (embed, rerank, classify)
+    processor: str = "text"  # ember.processors.build_processor
+
+    @property
+    def embedding(self) -> Output | None:
+        """What /v1/embeddings returns: the model's first embedding output."""
+        return next((o for o in self.outputs if o != "logits"), None)
+
+    @property
+    def capabilities(self) -> list[Capability]:
+        caps: list[Capability] = []
+        if "dense" in self.outputs:
+            caps.append("embed")
+        if "sparse" in self.outputs:
+            caps.append("embed_sparse")
+        if "multi" in self.outputs:
+            caps.append("embed_multi")
+        if self.scoring is not None:
+            caps.append("rerank")
+        if self.classifies:
+            caps.append("classify")
+        return caps
+
+    def does(self, capability: Capability) -> bool:
+        """``embed`` is any embedding output (what /v1/embeddings serves); others exact."""
+        if capability == "embed":
+            return self.embedding is not None
+        return capability in self.capabilities
+
+    def serves(self) -> str:
+        """What this kind serves, in words, for error messages."""
+        words = {
+            "embed": "dense embeddings",
+            "embed_sparse": "sparse embeddings",
+            "embed_multi": "multi-vector embeddings",
+            "rerank": f"reranking ({self.scoring})",
+            "classify": "classification",
+        }
+        return ", ".join(words[c] for c in self.capabilities)
+
+    def require_output(self, output: Output, model_name: str) -> None:
+        if output not in self.outputs:
+            raise BadRequest(
+                f"model {model_name!r} ({self.name}) has no {OUTPUT_NOUNS[output]} head; "
+                f"it serves {self.serves()}",
+                param="model",
+            )
+
+    def require_scoring(self, model_name: str) -> Scoring:
+        if self.scoring is None:
+            raise BadRequest(
+                f"model {model_name!r} ({self.name}) does not rerank; it serves {self.serves()}",
+                param="model",
+            )
+        return self.scoring
+
+    def require_classify(self, model_name: str) -> None:
+        if not self.classifies:
+            raise BadRequest(
+                f"model {model_name!r} ({self.name}) does not classify; it serves {self.serves()}",
+                param="model",
+            )
+
+
+OUTPUT_NOUNS: dict[Output, str] = {
+    "dense": "dense-embedding",
+    "multi": "multi-vector",
+    "sparse": "sparse",
+    "logits": "classification",
+}
+
+KINDS: dict[str, ModelKind] = {
+    kind.name: kind
+    for kind in (
+        # A sentence-transformers (or plain) encoder with a pooling config.
+        ModelKind("dense", "encoder", ("dense",)),
+        # A PyLate ColBERT: token states -> Dense projection -> normalised vectors.
+        ModelKind("colbert", "encoder", ("multi",), scoring="maxsim", processor="colbert-text"),
+        # A SPLADE SparseEncoder: token states -> MLM head -> log(1 + relu) -> max.
+        ModelKind("splade", "encoder", ("sparse",)),
+        # BGE-M3: dense (CLS), sparse (sparse_linear) and ColBERT (colbert_linear) heads
+        # over one forward; it reranks by MaxSim on its ColBERT vectors.
+        ModelKind("bge-m3", "encoder", ("dense", "sparse", "multi"), scoring="maxsim"),
+        ModelKind(
+            "cross-encoder", "sequence-classifier", ("logits",), "cross-encoder", task="rerank"
+        ),
+        ModelKind(
+            "classifier", "sequence-classifier", ("logits",), classifies=True, task="classify"
+        ),
+    )
+}
+
+
+def kind_for_task(task: str) -> ModelKind:
+    """The plain kind for a coarse task (``--task``, or a model built without a kind)."""
+    return KINDS[{"embed": "dense", "rerank": "cross-encoder", "classify": "classifier"}[task]]

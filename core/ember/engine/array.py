@@ -1,0 +1,91 @@
+"""EngineArray: every served model, routed by the request's ``model`` field."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+from ember.backends import load_backend
+from ember.backends.base import Backend
+from ember.capabilities import Capability
+from ember.engine.engine import Engine
+from ember.errors import BadRequest, NotFound
+from ember.metrics import Metrics
+from ember.models.spec import ModelSpec, ResolvedModel
+
+
+class EngineArray:
+    """All served models; routes a request's ``model`` field to its engine."""
+
+    def __init__(
+        self,
+        specs: Sequence[ModelSpec],
+        *,
+        metrics: Metrics | None = None,
+        backend_loader: Callable[[ResolvedModel], Backend] = load_backend,
+    ) -> None:
+        self.metrics = metrics or Metrics()
+        self.engines = [
+            Engine(spec, metrics=self.metrics, backend_loader=backend_loader) for spec in specs
+        ]
+        self.started = False
+
+    @classmethod
+    def from_settings(cls, settings: object) -> EngineArray:
+        return cls(settings.model_specs())  # type: ignore[attr-defined]
+
+    async def start(self) -> None:
+        for engine in self.engines:  # one at a time: loading is memory- and CPU-bound
+            await engine.start()
+        self.started = True
+
+    async def stop(self) -> None:
+        for engine in self.engines:
+            await engine.stop()
+        self.started = False
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.engines) and all(e.ready for e in self.engines)
+
+    @property
+    def names(self) -> list[str]:
+        return [e.name for e in self.engines]
+
+    def get(self, name: str | None) -> Engine:
+        """One model: any name is accepted (as Infinity and TEI do). Several: exact match."""
+        if len(self.engines) == 1:
+            return self.engines[0]
+        for engine in self.engines:
+            if engine.name == name:
+                return engine
+        served = ", ".join(self.names)
+        if not name:
+            raise BadRequest(
+                f"several models are served; set `model` to one of: {served}", param="model"
+            )
+        raise NotFound(f"model {name!r} is not served here; served models: {served}", param="model")
+
+    def for_task(self, name: str | None, capability: Capability) -> Engine:
+        """Like get(), but with no name and several models, pick the one that has
+        ``capability`` (``embed`` counts any embedding output)."""
+        if not name and len(self.engines) > 1:
+            doing = [e for e in self.engines if e.model is not None and e.kind.does(capability)]
+            if len(doing) == 1:
+                return doing[0]
+        return self.get(name)
+
+    def capabilities(self, name: str | None) -> set[Capability]:
+        """What the named model can do; with no name, what any loaded model can do."""
+        if name:
+            try:
+                engine = self.get(name)
+            except NotFound:
+                return set()
+            return set(engine.kind.capabilities) if engine.model is not None else set()
+        return {c for e in self.engines if e.model is not None for c in e.kind.capabilities}
+
+    def __getitem__(self, name: str) -> Engine:
+        return self.get(name)
+
+    def __iter__(self) -> Iterator[Engine]:
+        return iter(self.engines)

@@ -1,0 +1,33 @@
+"""The head protocol: a batch's outputs -> one result per row it is asked for."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from ember.backends.base import ATTENTION, TokenBatch
+from ember.capabilities import Output
+
+
+class Head(Protocol):
+    output: Output
+
+    def split(
+        self, outputs: dict[str, np.ndarray], batch: TokenBatch, rows: Sequence[int]
+    ) -> list[Any]:
+        """One result for each of ``rows`` (indices into the batch), in that order."""
+        ...
+
+
+def attention(outputs: dict[str, np.ndarray], batch: TokenBatch) -> np.ndarray:
+    """The mask the token states were computed with (a backend may have reshaped it)."""
+    return outputs.get(ATTENTION, batch.attention_mask)
+
+
+def select(array: np.ndarray, rows: Sequence[int]) -> np.ndarray:
+    """``array[rows]`` without a copy when the rows are the whole batch, in order."""
+    if len(rows) == array.shape[0] and all(i == r for i, r in enumerate(rows)):
+        return array
+    return array[np.asarray(rows, dtype=np.int64)]

@@ -1,0 +1,163 @@
+"""Each kind's heads, built from the model's own files (the capability table's rooms)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ember.capabilities import Output
+from ember.errors import ConfigError
+from ember.heads.dense import DenseHead, LogitsHead
+from ember.heads.multivector import MultiVectorHead
+from ember.heads.sparse import LexicalWeightsHead, MlmHead, SpladeHead
+from ember.models.spec import ResolvedModel
+
+
+def read_tensors(path: Path, names: list[str] | None = None) -> dict[str, np.ndarray]:
+    """float32 tensors from a safetensors file, or from a torch pickle (torch imported
+    only then); ``names`` limits what is read from a large file."""
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="numpy") as f:
+            keys = [k for k in f.keys() if names is None or k in names]
+            return {k: np.asarray(f.get_tensor(k), dtype=np.float32) for k in keys}
+    import torch
+
+    state = torch.load(str(path), map_location="cpu", weights_only=True)
+    return {k: v.float().numpy() for k, v in state.items() if names is None or k in names}
+
+
+def _weights_file(directory: Path) -> Path:
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (directory / name).exists():
+            return directory / name
+    raise ConfigError(f"{directory} has no model.safetensors or pytorch_model.bin")
+
+
+# MLM head tensors by architecture family: transform dense, LayerNorm, decoder, bias.
+_MLM_KEYS = {
+    "bert": (
+        "cls.predictions.transform.dense",
+        "cls.predictions.transform.LayerNorm",
+        ("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight"),
+        ("cls.predictions.bias", "cls.predictions.decoder.bias"),
+    ),
+    "roberta": (
+        "lm_head.dense",
+        "lm_head.layer_norm",
+        ("lm_head.decoder.weight", "roberta.embeddings.word_embeddings.weight"),
+        ("lm_head.bias", "lm_head.decoder.bias"),
+    ),
+    "distilbert": (
+        "vocab_transform",
+        "vocab_layer_norm",
+        ("vocab_projector.weight", "distilbert.embeddings.word_embeddings.weight"),
+        ("vocab_projector.bias",),
+    ),
+}
+
+
+def load_mlm_head(model: ResolvedModel) -> MlmHead:
+    family = {"xlm-roberta": "roberta", "camembert": "roberta"}.get(
+        model.model_type, model.model_type
+    )
+    if family not in _MLM_KEYS:
+        raise ConfigError(f"SPLADE on {model.model_type!r}: no MLM head layout known")
+    dense, norm, decoder, bias = _MLM_KEYS[family]
+    t = read_tensors(_weights_file(model.path))
+
+    def first(names: tuple[str, ...]) -> np.ndarray:
+        for name in names:
+            if name in t:
+                return t[name]
+        raise ConfigError(f"{model.path}: none of {names} in the weights (not an MLM model?)")
+
+    act = str(model.config.get("hidden_act") or model.config.get("activation") or "gelu")
+    if family == "roberta":
+        act = "gelu"  # RobertaLMHead applies gelu whatever hidden_act says
+    eps = float(model.config.get("layer_norm_eps") or 1e-12)
+    return MlmHead(
+        dense_w=first((dense + ".weight",)),
+        dense_b=first((dense + ".bias",)),
+        norm_w=first((norm + ".weight",)),
+        norm_b=first((norm + ".bias",)),
+        eps=eps,
+        act=act,
+        decoder_w=first(decoder),
+        decoder_b=first(bias),
+    )
+
+
+def _colbert_heads(model: ResolvedModel) -> dict[Output, Any]:
+    """PyLate: the Dense module(s) after the Transformer, applied to each token state."""
+    assert model.root is not None
+    weight: np.ndarray | None = None
+    bias: np.ndarray | None = None
+    modules = json.loads((model.root / "modules.json").read_text())
+    for module in modules:
+        if not str(module.get("type", "")).endswith(".Dense"):
+            continue
+        directory = model.root / module["path"]
+        cfg = json.loads((directory / "config.json").read_text())
+        activation = str(cfg.get("activation_function", "torch.nn.modules.linear.Identity"))
+        if not activation.endswith("Identity"):
+            raise ConfigError(f"{directory}: Dense activation {activation} is not supported")
+        t = read_tensors(_weights_file(directory))
+        w, b = t["linear.weight"], t.get("linear.bias")
+        if weight is None:
+            weight, bias = w, b
+        else:  # Dense layers in a row compose into one affine map
+            bias = (bias @ w.T if bias is not None else 0) + (b if b is not None else 0)
+            weight = w @ weight
+    return {"multi": MultiVectorHead(weight, bias)}
+
+
+def _special_ids(model: ResolvedModel, names: tuple[str, ...]) -> frozenset[int]:
+    """Ids of the tokenizer's ``cls_token``, ``eos_token``... that it defines."""
+    from ember.processors.text import load_tokenizer
+
+    tok = load_tokenizer(model.path)
+    declared: dict[str, Any] = {}
+    for file in ("tokenizer_config.json", "special_tokens_map.json"):
+        path = model.path / file
+        if path.exists():
+            declared.update(json.loads(path.read_text()))
+    ids = set()
+    for name in names:
+        value = declared.get(name)
+        token = value.get("content") if isinstance(value, dict) else value
+        if isinstance(token, str) and tok.token_to_id(token) is not None:
+            ids.add(int(tok.token_to_id(token)))
+    return frozenset(ids)
+
+
+def _bge_m3_heads(model: ResolvedModel) -> dict[Output, Any]:
+    assert model.root is not None
+    colbert = read_tensors(model.root / "colbert_linear.pt")
+    sparse = read_tensors(model.root / "sparse_linear.pt")
+    dropped = _special_ids(model, ("cls_token", "eos_token", "pad_token", "unk_token"))
+    return {
+        "dense": DenseHead(model.pooling),
+        "sparse": LexicalWeightsHead(sparse["weight"], sparse["bias"], dropped),
+        "multi": MultiVectorHead(colbert["weight"], colbert["bias"], skip_first=True),
+    }
+
+
+BUILDERS: dict[str, Callable[[ResolvedModel], dict[Output, Any]]] = {
+    "dense": lambda m: {"dense": DenseHead(m.pooling)},
+    "cross-encoder": lambda m: {"logits": LogitsHead()},
+    "classifier": lambda m: {"logits": LogitsHead()},
+    "colbert": _colbert_heads,
+    "splade": lambda m: {"sparse": SpladeHead(load_mlm_head(m))},
+    "bge-m3": _bge_m3_heads,
+}
+
+
+def build_heads(model: ResolvedModel) -> dict[Output, Any]:
+    assert model.kind is not None
+    return BUILDERS[model.kind.name](model)

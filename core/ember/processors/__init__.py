@@ -1,0 +1,54 @@
+"""Processors: one request item -> model features plus a cost, and a batch -> one input.
+
+Text is the one input kind today (``TextTokenizer``; ``ColbertTokenizer`` adds ColBERT's
+query and document encodings). Images and audio are further processors with the same
+shape: ``encode`` items into features with a ``cost`` and a shape ``key``, ``collate``
+a batch of them for the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from ember.backends.base import TokenBatch
+from ember.models.spec import ResolvedModel
+from ember.processors.text import Direction, TextTokenizer, Tokens
+
+
+class TextProcessor(Protocol):
+    max_length: int
+    encodes_queries: bool  # whether ``query=True`` changes the encoding
+
+    def encode(
+        self,
+        texts: list[str],
+        *,
+        truncate: bool = True,
+        direction: Direction = "right",
+        query: bool = False,
+    ) -> list[Tokens]: ...
+
+    def encode_pairs(
+        self, pairs: list[tuple[str, str]], *, truncate: bool = True
+    ) -> list[Tokens]: ...
+
+    def from_ids(
+        self, sequences: list[list[int]], *, truncate: bool = True, query: bool = False
+    ) -> list[Tokens]: ...
+
+    def collate(self, tokens: Sequence[Tokens]) -> TokenBatch: ...
+
+    def filler(self, length: int) -> Tokens: ...
+
+    def tokenize_detail(self, text: str, *, add_special_tokens: bool = True) -> list[dict]: ...
+
+
+def build_processor(model: ResolvedModel, max_length: int | None = None) -> TextProcessor:
+    """The processor the model's kind names in the capability table."""
+    assert model.kind is not None
+    if model.kind.processor == "colbert-text":
+        from ember.processors.colbert import ColbertTokenizer
+
+        return ColbertTokenizer(model, max_length)
+    return TextTokenizer(model, max_length)
