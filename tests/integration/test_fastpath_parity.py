@@ -25,6 +25,8 @@ BODIES: dict[str, dict[str, Any]] = {
     "/predict": {"model": "classifier", "inputs": "good"},
     "/embed": {"model": "minilm", "inputs": ["hi", "there"], "dimensions": 32},
     "/tokenize": {"model": "minilm", "inputs": "hello world"},
+    "/embed_sparse": {"model": "bge", "inputs": ["hi", "there"]},
+    "/embed_all": {"model": "bge", "inputs": "hello world", "prompt_name": None},
     "/v1/embed": {"model": "minilm", "texts": ["a cat", "a dog on a mat"]},
     "/v2/embed": {
         "model": "minilm",
@@ -47,10 +49,18 @@ def _stable(value: Any) -> Any:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def engines(minilm_path: Path, tiny_reranker_path: Path, tiny_classifier_path: Path) -> Any:
+async def engines(
+    minilm_path: Path,
+    tiny_reranker_path: Path,
+    tiny_classifier_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Any:
+    from tests.fixtures.retrieval_models import build_tiny_bge_m3
+
+    bge = build_tiny_bge_m3(tmp_path_factory.mktemp("bge"))
     settings = settings_from_env(
-        model_id=f"{minilm_path};{tiny_reranker_path};{tiny_classifier_path}",
-        served_model_name="minilm;reranker;classifier",
+        model_id=f"{minilm_path};{tiny_reranker_path};{tiny_classifier_path};{bge}",
+        served_model_name="minilm;reranker;classifier;bge",
     )
     array = EngineArray(settings.model_specs())
     await array.start()

@@ -96,6 +96,9 @@ class Backend(Protocol):
     padding: PaddingBudget | None
     max_batch_size: int | None
     max_length: int | None
+    # Whether positions masked from attention inside a row still get token states (they
+    # do with an attention mask; not where a backend takes lengths and drops padding).
+    masked_positions: bool
 
     def forward(self, batch: TokenBatch) -> Outputs:
         """``TOKEN_STATES`` for an encoder backbone, ``LOGITS`` for a sequence classifier."""
@@ -114,6 +117,7 @@ class BackendDefaults:
     padding: PaddingBudget | None = None
     max_batch_size: int | None = None
     max_length: int | None = None
+    masked_positions: bool = True
 
 
 class BackendFactory(Protocol):

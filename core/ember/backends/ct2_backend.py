@@ -286,7 +286,13 @@ def prepare(model: ResolvedModel, plan: Plan, progress: Progress | None = None) 
 
 
 class Ct2Backend(BackendDefaults):
-    """A ``ctranslate2.Encoder``; heads and pooling run in numpy on its outputs."""
+    """A ``ctranslate2.Encoder``; heads and pooling run in numpy on its outputs.
+
+    It takes lengths, not an attention mask: positions past a row's length are padding
+    to it, so a masked query expansion (ColBERT) has no token states here.
+    """
+
+    masked_positions = False
 
     def __init__(self, model: ResolvedModel, path: Path, plan: Plan) -> None:
         ct2 = _import_ct2()

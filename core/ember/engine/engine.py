@@ -21,7 +21,7 @@ from ember.backends import load_backend
 from ember.backends.base import Backend
 from ember.capabilities import ModelKind, Output
 from ember.engine.batcher import Batcher, padding_budget_for
-from ember.errors import BadRequest, NotReady, RequestTimeout
+from ember.errors import BadRequest, ConfigError, NotReady, RequestTimeout
 from ember.heads import postprocess
 from ember.heads.build import build_heads
 from ember.heads.scores import maxsim
@@ -113,6 +113,13 @@ class Engine:
         self.processor = await loop.run_in_executor(
             None, build_processor, model, backend.max_length
         )
+        if self.processor.masks_positions and not backend.masked_positions:
+            backend.close()
+            raise ConfigError(
+                f"model {model.served_name!r} returns query-expansion positions masked from "
+                f"attention, which the {backend.info.name} backend does not compute; serve it "
+                "with --backend onnx or torch"
+            )
         self.heads = await loop.run_in_executor(None, build_heads, model)
         static_batch = backend.max_batch_size
         max_batch_size = min(self.spec.max_batch_size, static_batch or self.spec.max_batch_size)

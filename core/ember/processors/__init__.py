@@ -19,6 +19,7 @@ from ember.processors.text import Direction, TextTokenizer, Tokens
 class TextProcessor(Protocol):
     max_length: int
     encodes_queries: bool  # whether ``query=True`` changes the encoding
+    masks_positions: bool  # whether it returns positions masked from attention
 
     def encode(
         self,

@@ -97,6 +97,7 @@ class TextTokenizer:
     """
 
     encodes_queries = False
+    masks_positions = False
 
     def __init__(self, model: ResolvedModel, max_length: int | None = None) -> None:
         base = load_tokenizer(model.path)
