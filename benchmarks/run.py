@@ -94,10 +94,18 @@ def free_port() -> int:
 
 def ember_server(spec: str, python: str) -> ServerDef:
     """``backend:dtype`` (e.g. ``torch:float32``, ``onnx:int8``) -> an `ember serve` run;
-    ``auto`` is the default configuration (``--backend auto --dtype auto``)."""
+    ``auto`` is the default configuration (``--backend auto --dtype auto``).
+
+    ``backend:dtype@DIR`` serves Ember from another checkout (e.g. a ``git worktree`` of an
+    earlier commit), for A/B runs of a change in the same conditions.
+    """
+    spec, _, source = spec.partition("@")
     backend, _, dtype = spec.partition(":")
     dtype = dtype or "auto"
     name = "ember-default" if (backend, dtype) == ("auto", "auto") else f"ember-{backend}-{dtype}"
+    root = Path(source).resolve() if source else REPO
+    if source:
+        name += f"[{root.name}]"
 
     def argv(port: int, model: Path) -> list[str]:
         return [
@@ -105,10 +113,10 @@ def ember_server(spec: str, python: str) -> ServerDef:
             "--model-id", str(model), "--served-model-name", MODEL_NAME,
             "--backend", backend, "--dtype", dtype, "--device", "cpu",
             "--host", HOST, "--port", str(port),
-            "--cache-dir", str(TMP / "ember-cache"), "--log-level", "warning",
+            "--cache-dir", str(TMP / f"ember-cache-{root.name}"), "--log-level", "warning",
         ]  # fmt: skip
 
-    env = {"PYTHONPATH": str(REPO / "core"), "HF_HUB_OFFLINE": "1"}
+    env = {"PYTHONPATH": str(root / "core"), "HF_HUB_OFFLINE": "1"}
     return ServerDef(name, "ember", argv, "/ready", "/v1/embeddings", "/v1/rerank", env)
 
 
