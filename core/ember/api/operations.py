@@ -269,7 +269,7 @@ def tei_info(engines: EngineArray, version: str, max_client_batch_size: int) -> 
         return info
     m = first.model
     if m.task == "embed":
-        pooling = m.pooling if first.kind.embedding == "dense" else first.kind.embedding
+        pooling = m.pooling if first.kind.embedding == "dense" else first.kind.name
         model_type: dict[str, Any] = {"embedding": {"pooling": pooling}}
     else:
         kind = "reranker" if m.task == "rerank" else "classifier"
