@@ -114,7 +114,7 @@ def main() -> None:
         backend = load_backend(model)
         load_s = time.perf_counter() - t0
         prepared, order = batches(model, texts, args.batch_size)
-        workers = int(getattr(backend, "parallel_forwards", 1))
+        workers = backend.parallel_forwards
         pool = ThreadPoolExecutor(workers) if workers > 1 else None
         run_pass(backend, prepared[:4], pool)  # warm-up: allocator, thread pools, kernels
         walls, cpus, out = [], [], None
@@ -133,7 +133,7 @@ def main() -> None:
             "variant": variant,
             "dtype": backend.info.dtype,
             "threads": backend.info.details.get("threads")
-            or f"{workers}x{getattr(backend, 'threads', '?')}",
+            or backend.info.details.get("forwards", "?"),
             "sent_per_s_best": round(args.n / min(walls), 1),
             "sent_per_s_median": round(args.n / statistics.median(walls), 1),
             "cpu_s_per_pass": round(min(cpus), 2),

@@ -5,15 +5,36 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ember import __version__
+from ember.backends.registry import EXPORTERS
 from ember.config import PER_MODEL_FIELDS, ServerSettings, env_var
-from ember.errors import EmberError
+from ember.errors import ConfigError, EmberError
 
 SERVE_HELP = "Serve models over HTTP (OpenAI, Cohere and TEI routes)."
-EXPORT_HELP = "Convert a model for a backend ahead of time (onnx, ct2, neuron)."
+EXPORT_HELP = f"Convert a model for a backend ahead of time ({', '.join(EXPORTERS)})."
+# The settings `ember export` takes: flags, env vars, defaults and checks are serve's.
+EXPORT_FIELDS = (
+    "model_id",
+    "revision",
+    "task",
+    "backend",
+    "dtype",
+    "pooling",
+    "trust_remote_code",
+    "neuron_batch_size",
+    "neuron_sequence_lengths",
+    "neuron_auto_cast",
+    "neuron_cores",
+)
+# Export's flags before they were settings, still accepted.
+EXPORT_ALIASES = {
+    "neuron_batch_size": ("--batch-size",),
+    "neuron_sequence_lengths": ("--sequence-lengths",),
+    "neuron_cores": ("--num-cores",),
+}
 
 
 def _flag(name: str) -> str:
@@ -32,21 +53,31 @@ def _default_text(name: str) -> str:
     )
 
 
-def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
-    for name, field in ServerSettings.model_fields.items():
-        help_text = f"{field.description} [env {env_var(name)}]".replace("%", "%%")  # argparse
+def add_settings_arguments(
+    parser: argparse.ArgumentParser,
+    names: Iterable[str] | None = None,
+    *,
+    aliases: Mapping[str, Sequence[str]] | None = None,
+    help_overrides: Mapping[str, str] | None = None,
+) -> None:
+    """One flag per setting (``names``: these only), its help the setting's description."""
+    for name in names or ServerSettings.model_fields:
+        field = ServerSettings.model_fields[name]
+        description = (help_overrides or {}).get(name, field.description)
+        help_text = f"{description} [env {env_var(name)}]".replace("%", "%%")  # argparse
         kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
         if name in PER_MODEL_FIELDS:
             kwargs.update(action="append", metavar="VALUE")
         elif field.annotation is bool:
             kwargs.update(action=argparse.BooleanOptionalAction)
-        elif field.annotation is int:
+        elif field.annotation in (int, int | None):
             kwargs.update(type=int, metavar="INT")
         elif field.annotation is float:
             kwargs.update(type=float, metavar="SECONDS")
         else:
             kwargs.update(metavar="VALUE")
-        parser.add_argument(_flag(name), **kwargs)
+        flags = [_flag(name), *(aliases or {}).get(name, ())]
+        parser.add_argument(*flags, **kwargs)
 
 
 def flag_table() -> str:
@@ -69,21 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help=SERVE_HELP, description=SERVE_HELP)
     add_settings_arguments(serve)
     export = sub.add_parser("export", help=EXPORT_HELP, description=EXPORT_HELP)
-    export.add_argument("--model-id", default=None, help="Hub id or local dir (default model).")
-    export.add_argument("--backend", required=True, choices=("onnx", "ct2", "neuron"))
     export.add_argument("--output", required=True, help="Directory to write.")
-    export.add_argument(
-        "--dtype", default="auto", help="onnx: auto|float32|int8; ct2: auto|float32|int8|bfloat16."
+    add_settings_arguments(
+        export,
+        EXPORT_FIELDS,
+        aliases=EXPORT_ALIASES,
+        help_overrides={
+            "model_id": "Hugging Face hub id or local directory of the one model to convert; "
+            "default: the packaged model.",
+            "backend": f"{'|'.join(EXPORTERS)}: the backend to convert for.",
+            "dtype": "onnx: auto|float32|int8; ct2: auto|float32|int8|bfloat16.",
+        },
     )
-    export.add_argument("--task", default="auto", help="auto|embed|rerank|classify")
-    export.add_argument("--pooling", default="auto", help="auto|cls|mean|last|max")
-    export.add_argument("--batch-size", type=int, default=1, help="neuron: compiled batch size.")
-    export.add_argument(
-        "--sequence-lengths",
-        default="128,256,512",
-        help="neuron: comma-separated compiled sequence buckets.",
-    )
-    export.add_argument("--num-cores", type=int, default=None, help="neuron: NeuronCores.")
     return parser
 
 
@@ -122,40 +150,29 @@ def serve(settings: ServerSettings) -> int:
     return 1 if failed else 0
 
 
-def export(args: argparse.Namespace) -> int:
-    import importlib
+def export(settings: ServerSettings, output: str) -> int:
+    """Convert the one configured model for its backend into ``output``."""
+    from dataclasses import replace
     from pathlib import Path
 
-    from ember.models.resolve import resolve_model
-    from ember.models.spec import ModelSpec
-
-    spec = ModelSpec(
-        model_id=args.model_id or "",
-        task=None if args.task == "auto" else args.task,
-        pooling=None if args.pooling == "auto" else args.pooling,
-        backend=args.backend,
-        dtype=args.dtype,
-        device="cpu",
-    )
-    model = resolve_model(spec)
-    module = importlib.import_module(f"ember.backends.{args.backend}_backend")
-    out = Path(args.output)
     from tqdm import tqdm
 
-    with tqdm(desc=f"export {args.backend}", unit="step") as bar:
+    from ember.backends.registry import exporter_module
+    from ember.models.resolve import resolve_model
+
+    module = exporter_module((settings.backend or "").strip().lower())
+    specs = settings.model_specs()  # the checks serve makes
+    if len(specs) != 1:
+        raise ConfigError(f"ember export converts one model, got {len(specs)} (--model-id)")
+    spec = replace(specs[0], device="cpu")
+    model = resolve_model(spec)
+    with tqdm(desc=f"export {spec.backend}", unit="step") as bar:
 
         def progress(step: str) -> None:
             bar.set_postfix_str(step)
             bar.update(1)
 
-        extra: dict[str, Any] = {}
-        if args.backend == "neuron":
-            extra = {
-                "batch_size": args.batch_size,
-                "sequence_lengths": [int(x) for x in args.sequence_lengths.split(",") if x],
-                "num_cores": args.num_cores,
-            }
-        written = module.export(model, out, progress=progress, **extra)
+        written = module.export(model, Path(output), progress=progress)
     print(f"wrote {written}")
     return 0
 
@@ -165,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return serve(settings_from_args(args))
-        return export(args)
+        return export(settings_from_args(args), args.output)
     except EmberError as exc:
         print(f"ember: error: {exc.message}", file=sys.stderr)
         return 2

@@ -12,16 +12,21 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ember.backends.registry import BACKEND_NAMES
 from ember.errors import ConfigError
 from ember.models.spec import POOLINGS, TASKS, ModelSpec
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
-BACKENDS = ("auto", "torch", "onnx", "ct2", "neuron")
+BACKENDS = ("auto", *BACKEND_NAMES)
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16", "int8")
+# neuron: optimum-neuron's auto_cast modes, and the sequence buckets compiled when none
+# are given (each capped at the model's maximum: ember.backends.neuron_shapes).
+NEURON_AUTO_CAST = ("none", "matmul", "all")
+NEURON_BUCKETS = (128, 256, 512)
 
 # Fields that take one value per served model.
 PER_MODEL_FIELDS = (
@@ -57,7 +62,7 @@ class ServerSettings(BaseSettings):
         "auto|embed|rerank|classify; auto detects from config.json.", "auto"
     )
     backend: str | None = _per_model(
-        "auto|torch|onnx|ct2|neuron; auto is onnx on CPU when onnxruntime is installed, "
+        f"{'|'.join(BACKENDS)}; auto is onnx on CPU when onnxruntime is installed, "
         "else torch (an `ember export` directory: the backend that wrote it).",
         "auto",
     )
@@ -88,7 +93,30 @@ class ServerSettings(BaseSettings):
     )
     trust_remote_code: bool = Field(False, description="Allow model code from the hub.")
     cache_dir: str | None = Field(
-        None, description="Where exported ONNX/CTranslate2 artifacts are kept (~/.cache/ember)."
+        None,
+        description="Where artifacts converted at load (ONNX, CTranslate2, Neuron) are kept; "
+        "default $XDG_CACHE_HOME/ember, else ~/.cache/ember.",
+    )
+    neuron_batch_size: int = Field(
+        8,
+        description="neuron: rows per call of a compiled graph, when compiling (`ember export`, "
+        "or at load a model that is not an export).",
+    )
+    neuron_sequence_lengths: str | None = Field(
+        None,
+        description="neuron: comma-separated sequence lengths to compile a graph for each; "
+        f"default {','.join(map(str, NEURON_BUCKETS))}, each capped at the model's maximum.",
+    )
+    neuron_auto_cast: str | None = Field(
+        None,
+        description=f"neuron: {'|'.join(NEURON_AUTO_CAST)}, the compiler's cast to bf16 when "
+        "compiling; unset keeps float32.",
+    )
+    neuron_cores: int | None = Field(
+        None,
+        description="neuron: NeuronCores to load a copy of every graph on; default: the count "
+        "given at export, else the cores visible (NEURON_RT_NUM_CORES, "
+        "NEURON_RT_VISIBLE_CORES, /dev/neuron*).",
     )
     host: str = Field("0.0.0.0", description="Interface to bind.")
     port: int = Field(7997, description="Port to bind.")
@@ -143,14 +171,28 @@ class ServerSettings(BaseSettings):
             dtype=_choice("dtype", pick("dtype") or "auto", DTYPES),
             pooling=None if pooling == "auto" else pooling,  # type: ignore[arg-type]
             revision=pick("revision"),
-            max_batch_tokens=_positive_int("max_batch_tokens", pick("max_batch_tokens") or "8192"),
-            max_batch_size=_positive_int("max_batch_size", pick("max_batch_size") or "32"),
-            max_queue_size=_positive_int("max_queue_size", pick("max_queue_size") or "4096"),
+            max_batch_tokens=_positive_int("max_batch_tokens", pick("max_batch_tokens")),
+            max_batch_size=_positive_int("max_batch_size", pick("max_batch_size")),
+            max_queue_size=_positive_int("max_queue_size", pick("max_queue_size")),
             request_timeout=self.request_timeout,
             forward_workers=self.forward_workers,
             torch_compile=self.torch_compile,
             trust_remote_code=self.trust_remote_code,
             cache_dir=Path(self.cache_dir) if self.cache_dir else None,
+            neuron_batch_size=_at_least_one("neuron_batch_size", self.neuron_batch_size),
+            neuron_sequence_lengths=_buckets(
+                "neuron_sequence_lengths", self.neuron_sequence_lengths
+            ),
+            neuron_auto_cast=(
+                _choice("neuron_auto_cast", self.neuron_auto_cast, NEURON_AUTO_CAST)
+                if self.neuron_auto_cast
+                else None
+            ),
+            neuron_cores=(
+                None
+                if self.neuron_cores is None
+                else _at_least_one("neuron_cores", self.neuron_cores)
+            ),
         )
 
 
@@ -160,21 +202,52 @@ def _split(value: str | None) -> list[str]:
     return [part.strip() for part in str(value).split(";") if part.strip()]
 
 
+def setting_default(name: str) -> Any:
+    """A setting's default, as --help shows it: for code handed a spec built without
+    settings (a field left None), so that no default is written twice."""
+    return ServerSettings.model_fields[name].default
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
     value = value.lower()
     if value not in allowed:
-        raise ConfigError(f"--{name} must be one of {'|'.join(allowed)}, got {value!r}")
+        raise ConfigError(f"{_flag(name)} must be one of {'|'.join(allowed)}, got {value!r}")
     return value
 
 
-def _positive_int(name: str, value: str) -> int:
+def _at_least_one(name: str, number: int) -> int:
+    if number < 1:
+        raise ConfigError(f"{_flag(name)} must be >= 1, got {number}")
+    return number
+
+
+def _positive_int(name: str, value: str | None) -> int:
+    value = value or setting_default(name)
     try:
         number = int(value)
     except ValueError:
-        raise ConfigError(f"--{name.replace('_', '-')} must be an integer, got {value!r}") from None
-    if number < 1:
-        raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {number}")
-    return number
+        raise ConfigError(f"{_flag(name)} must be an integer, got {value!r}") from None
+    return _at_least_one(name, number)
+
+
+def _buckets(name: str, value: str | None) -> tuple[int, ...] | None:
+    """Comma-separated sequence lengths, sorted and checked; None when not given."""
+    if not value or not value.strip():
+        return None
+    from ember.backends.neuron_shapes import normalize_buckets  # the one rule for buckets
+
+    try:
+        numbers = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"{_flag(name)} takes comma-separated integers, got {value!r}") from None
+    try:
+        return normalize_buckets(numbers)
+    except ValueError as err:
+        raise ConfigError(f"{_flag(name)}: {err}") from None
 
 
 def settings_from_env(**overrides: Any) -> ServerSettings:
@@ -185,11 +258,31 @@ def settings_from_env(**overrides: Any) -> ServerSettings:
             clean[name] = ";".join(str(v) for v in clean[name])
         elif name in clean and not isinstance(clean[name], str):
             clean[name] = str(clean[name])
-    return ServerSettings(**clean)
+    try:
+        return ServerSettings(**clean)
+    except ValidationError as exc:
+        raise _settings_error(exc) from None
+
+
+def _settings_error(exc: ValidationError) -> ConfigError:
+    """A value that is not of its setting's type, worded as the other config errors."""
+    error = exc.errors()[0]
+    name = str(error["loc"][0]) if error["loc"] else ""
+    message = str(error["msg"])
+    return ConfigError(
+        f"{_flag(name)} ({env_var(name)}): {message[:1].lower()}{message[1:]}, "
+        f"got {error.get('input')!r}"
+    )
 
 
 def env_var(field_name: str) -> str:
     return f"EMBER_{field_name.upper()}"
+
+
+def default_cache_dir() -> Path:
+    """Where artifacts go without ``--cache-dir``: $XDG_CACHE_HOME/ember, else ~/.cache/ember."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "ember"
 
 
 def cpu_count() -> int:

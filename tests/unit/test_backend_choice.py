@@ -95,7 +95,7 @@ def test_accelerator_probe_matches_this_host(monkeypatch: pytest.MonkeyPatch) ->
     ("manifest", "expected"),
     [
         # Where each `ember export` writes its manifest (see test_export for real ones).
-        ("ember_neuron.json", "neuron"),
+        ("ember_artifact.json", "neuron"),
         ("ct2/ember_artifact.json", "ct2"),
         ("ember_artifact.json", "onnx"),
     ],

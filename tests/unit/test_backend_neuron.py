@@ -21,8 +21,11 @@ import numpy as np
 import pytest
 import torch
 
+from ember.backends import artifacts
 from ember.backends import neuron_backend as nb
+from ember.backends import neuron_export as ne
 from ember.backends.base import TokenBatch
+from ember.config import settings_from_env
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ModelSpec, ResolvedModel
 
@@ -78,7 +81,7 @@ class TorchStandIn:
         return getattr(out, self.output).float().numpy()
 
 
-def standin_compiler(calls: list) -> nb.Compiler:
+def standin_compiler(calls: list) -> ne.Compiler:
     """Writes what a compile would decide (the static shape) into the bucket directory."""
 
     def compile_bucket(model: ResolvedModel, bucket_dir: Path, **kwargs: Any) -> None:
@@ -92,7 +95,7 @@ def standin_compiler(calls: list) -> nb.Compiler:
 def standin_loader(net: Any, log: list) -> nb.ModuleLoader:
     """Reads the shape back from the artifact, as the real loader reads model.neuron."""
 
-    def load_module(root: Path, manifest: nb.NeuronManifest, length: int, core: int) -> Any:
+    def load_module(root: Path, manifest: ne.NeuronManifest, length: int, core: int) -> Any:
         info = json.loads((manifest.bucket_dir(root, length) / "standin.json").read_text())
         shape = (info["batch_size"], info["sequence_length"])
         return TorchStandIn(net, shape, manifest.output_field, core, log)
@@ -103,10 +106,15 @@ def standin_loader(net: Any, log: list) -> nb.ModuleLoader:
 # --------------------------------------------------------------------------- fixtures
 
 
+def neuron_spec(path: Path, **neuron: Any) -> ModelSpec:
+    """A spec as the settings build it; ``neuron``: its neuron_* fields."""
+    return ModelSpec(model_id=str(path), backend="neuron", **neuron)
+
+
 def resolved(path: Path, **overrides: Any) -> ResolvedModel:
     config = json.loads((path / "config.json").read_text())
     values: dict[str, Any] = {
-        "spec": ModelSpec(model_id=str(path), backend="neuron"),
+        "spec": neuron_spec(path),
         "path": path,
         "served_name": "minilm",
         "task": "embed",
@@ -139,13 +147,16 @@ def encoder() -> Any:
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
     calls: list = []
-    out = nb.export(
-        resolved(MINILM),
+    spec = neuron_spec(
+        MINILM,
+        neuron_batch_size=BATCH,
+        neuron_sequence_lengths=(64, 16, 32),
+        neuron_cores=2,
+        neuron_auto_cast="matmul",
+    )
+    out = ne.export(
+        resolved(MINILM, spec=spec),
         tmp_path_factory.mktemp("neuron") / "minilm-neuron",
-        batch_size=BATCH,
-        sequence_lengths=[64, 16, 32],
-        num_cores=2,
-        auto_cast="matmul",
         compiler=standin_compiler(calls),
     )
     return out, calls
@@ -191,9 +202,9 @@ def text_of(n_words: int, seed: int) -> str:
 
 def test_export_writes_manifest_support_files_and_one_dir_per_bucket(artifact) -> None:
     out, calls = artifact
-    assert nb.is_neuron_artifact(out)
-    manifest = nb.read_manifest(out)
-    assert manifest.kind == "ember-neuron"
+    assert ne.is_neuron_artifact(out)
+    manifest = ne.read_manifest(out)
+    assert artifacts.read_manifest(out)["backend"] == "neuron"  # the shared manifest
     assert manifest.sequence_lengths == BUCKETS
     assert manifest.batch_size == BATCH
     assert manifest.task == "embed" and manifest.pooling == "mean" and manifest.normalize
@@ -216,41 +227,32 @@ def test_export_writes_manifest_support_files_and_one_dir_per_bucket(artifact) -
 
 
 def test_manifest_round_trip_and_refusals(tmp_path: Path, artifact) -> None:
-    manifest = nb.read_manifest(artifact[0])
-    nb.write_manifest(tmp_path, manifest)
-    assert nb.read_manifest(tmp_path) == manifest
-    assert json.loads((tmp_path / nb.MANIFEST_NAME).read_text())["kind"] == "ember-neuron"
+    manifest = ne.read_manifest(artifact[0])
+    ne.write_manifest(tmp_path, manifest)
+    assert ne.read_manifest(tmp_path) == manifest
+    written = tmp_path / artifacts.MANIFEST_NAME
+    assert json.loads(written.read_text())["backend"] == "neuron"
 
     data = manifest.to_dict()
-    (tmp_path / nb.MANIFEST_NAME).write_text(json.dumps({**data, "kind": "something-else"}))
-    assert not nb.is_neuron_artifact(tmp_path)
-    with pytest.raises(ConfigError, match="not an Ember Neuron manifest"):
-        nb.read_manifest(tmp_path)
-    (tmp_path / nb.MANIFEST_NAME).write_text(json.dumps({**data, "version": 99}))
+    written.write_text(json.dumps({**data, "backend": "onnx"}))
+    assert not ne.is_neuron_artifact(tmp_path)
+    with pytest.raises(ConfigError, match="not a Neuron artifact manifest"):
+        ne.read_manifest(tmp_path)
+    written.write_text(json.dumps({**data, "version": 99}))
     with pytest.raises(ConfigError, match="newer"):
-        nb.read_manifest(tmp_path)
-    with pytest.raises(ConfigError, match=r"no ember_neuron\.json"):
-        nb.read_manifest(tmp_path / "nowhere")
+        ne.read_manifest(tmp_path)
+    with pytest.raises(ConfigError, match=r"no readable ember_artifact\.json"):
+        ne.read_manifest(tmp_path / "nowhere")
 
 
 def test_export_refuses_buckets_beyond_the_model_maximum(tmp_path: Path) -> None:
+    too_long = neuron_spec(MINILM, neuron_batch_size=2, neuron_sequence_lengths=(128, 512))
     with pytest.raises(ConfigError, match="exceeds"):
-        nb.export(
-            resolved(MINILM),
-            tmp_path,
-            batch_size=2,
-            sequence_lengths=[128, 512],
-            compiler=standin_compiler([]),
-        )
-    with pytest.raises(ConfigError, match="auto_cast"):
-        nb.export(
-            resolved(MINILM),
-            tmp_path,
-            batch_size=2,
-            sequence_lengths=[16],
-            auto_cast="fp8",
-            compiler=standin_compiler([]),
-        )
+        ne.export(resolved(MINILM, spec=too_long), tmp_path, compiler=standin_compiler([]))
+    bad_cast = neuron_spec(MINILM, neuron_sequence_lengths=(16,), neuron_auto_cast="fp8")
+    with pytest.raises(ConfigError, match="--neuron-auto-cast"):
+        ne.export(resolved(MINILM, spec=bad_cast), tmp_path, compiler=standin_compiler([]))
+    assert not ne.is_neuron_artifact(tmp_path)
 
 
 # --------------------------------------------------------------------------- forward
@@ -336,7 +338,7 @@ def test_stand_in_refuses_any_shape_but_its_own(encoder) -> None:
 
 
 def test_load_refuses_a_graph_whose_shape_disagrees_with_the_manifest(artifact, encoder) -> None:
-    def wrong_loader(root: Path, manifest: nb.NeuronManifest, length: int, core: int) -> Any:
+    def wrong_loader(root: Path, manifest: ne.NeuronManifest, length: int, core: int) -> Any:
         return TorchStandIn(encoder, (BATCH * 2, length), manifest.output_field, core, [])
 
     with pytest.raises(ConfigError, match="compiled for"):
@@ -367,16 +369,16 @@ def test_reranker_logits_match_the_unpadded_forward(tmp_path: Path, tokenizer) -
     net.save_pretrained(src)
     tokenizer.save_pretrained(src)
     model = resolved(
-        src, task="rerank", num_labels=1, hidden_size=32, max_length=128, served_name="tiny"
+        src,
+        spec=neuron_spec(src, neuron_batch_size=3, neuron_sequence_lengths=(16, 48)),
+        task="rerank",
+        num_labels=1,
+        hidden_size=32,
+        max_length=128,
+        served_name="tiny",
     )
-    out = nb.export(
-        model,
-        tmp_path / "art",
-        batch_size=3,
-        sequence_lengths=[16, 48],
-        compiler=standin_compiler([]),
-    )
-    assert nb.read_manifest(out).optimum_class == "NeuronModelForSequenceClassification"
+    out = ne.export(model, tmp_path / "art", compiler=standin_compiler([]))
+    assert ne.read_manifest(out).optimum_class == "NeuronModelForSequenceClassification"
     log: list = []
     backend = nb.load(
         resolved(out, task="rerank", num_labels=1, hidden_size=32, max_length=128),
@@ -408,9 +410,11 @@ def test_reranker_logits_match_the_unpadded_forward(tmp_path: Path, tokenizer) -
 
 
 def test_a_plain_model_dir_is_compiled_once_then_reused(tmp_path, monkeypatch, encoder) -> None:
+    """EMBER_NEURON_* reach the compile through the settings and the model's spec."""
     monkeypatch.setenv("EMBER_NEURON_BATCH_SIZE", "2")
     monkeypatch.setenv("EMBER_NEURON_SEQUENCE_LENGTHS", "32,16")
-    spec = ModelSpec(model_id=str(MINILM), backend="neuron", cache_dir=tmp_path)
+    settings = settings_from_env(model_id=str(MINILM), backend="neuron", cache_dir=str(tmp_path))
+    (spec,) = settings.model_specs()
     model = resolved(MINILM, spec=spec)
     calls: list = []
     first = nb.load(
@@ -421,8 +425,8 @@ def test_a_plain_model_dir_is_compiled_once_then_reused(tmp_path, monkeypatch, e
     )
     assert (first.compiled_batch_size, first.buckets) == (2, (16, 32))
     assert len(calls) == 2
-    artifacts = list((tmp_path / "neuron").iterdir())
-    assert len(artifacts) == 1 and nb.is_neuron_artifact(artifacts[0])
+    compiled = list((tmp_path / "neuron").iterdir())
+    assert len(compiled) == 1 and ne.is_neuron_artifact(compiled[0])  # no temp dirs left
     nb.load(
         model,
         num_cores=1,
@@ -430,6 +434,14 @@ def test_a_plain_model_dir_is_compiled_once_then_reused(tmp_path, monkeypatch, e
         module_loader=standin_loader(encoder, []),
     )
     assert len(calls) == 2  # reused, not recompiled
+
+
+def test_the_backend_reads_no_environment(monkeypatch) -> None:
+    """A spec built without settings gets the settings' defaults, whatever the env says."""
+    for name, value in (("BATCH_SIZE", "2"), ("SEQUENCE_LENGTHS", "16"), ("AUTO_CAST", "all")):
+        monkeypatch.setenv(f"EMBER_NEURON_{name}", value)
+    options = ne.compile_options(resolved(MINILM))  # max_length 256: buckets capped
+    assert options == ne.CompileOptions(8, (128, 256), None, None)
 
 
 # --------------------------------------------------------------------------- SDK seams
@@ -443,9 +455,10 @@ def test_missing_optimum_neuron_gives_the_clear_message(artifact, tmp_path, monk
         "Neuron backend needs the AWS Neuron SDK: use the Neuron DLC image or "
         "pip install 'ember[neuron]'"
     )
+    spec = neuron_spec(MINILM, neuron_batch_size=1, neuron_sequence_lengths=(16,))
     with pytest.raises(MissingDependency, match="AWS Neuron SDK"):
-        nb.export(resolved(MINILM), tmp_path / "x", batch_size=1, sequence_lengths=[16])
-    assert not nb.is_neuron_artifact(tmp_path / "x")  # no manifest for a failed export
+        ne.export(resolved(MINILM, spec=spec), tmp_path / "x")
+    assert not ne.is_neuron_artifact(tmp_path / "x")  # no manifest for a failed export
 
 
 class _FakeNeuronModel:
@@ -479,17 +492,23 @@ def test_optimum_adapter_reads_static_shape_and_graph_inputs() -> None:
     assert bert.seen == [{"input_ids", "attention_mask", "token_type_ids"}]
 
 
-def test_core_count_resolution(monkeypatch, tmp_path: Path, artifact) -> None:
-    manifest = nb.read_manifest(artifact[0])  # exported with num_cores=2
+def test_core_count_resolution(monkeypatch, tmp_path: Path, artifact, encoder) -> None:
+    manifest = ne.read_manifest(artifact[0])  # exported with --neuron-cores 2
     for var in ("EMBER_NEURON_CORES", "NEURON_RT_NUM_CORES", "NEURON_RT_VISIBLE_CORES"):
         monkeypatch.delenv(var, raising=False)
     assert nb.resolve_num_cores(3, manifest) == 3
     assert nb.resolve_num_cores(None, manifest) == 2
+    with pytest.raises(ConfigError, match=">= 1"):
+        nb.resolve_num_cores(0, manifest)
+    # EMBER_NEURON_CORES, through the settings, beats the count given at export.
     monkeypatch.setenv("EMBER_NEURON_CORES", "1")
-    assert nb.resolve_num_cores(None, manifest) == 1
+    (spec,) = settings_from_env(model_id=str(artifact[0]), backend="neuron").model_specs()
+    backend = nb.load(resolved(artifact[0], spec=spec), module_loader=standin_loader(encoder, []))
+    assert backend.num_cores == 1
+    backend.close()
     monkeypatch.setenv("EMBER_NEURON_CORES", "zero")
-    with pytest.raises(ConfigError):
-        nb.resolve_num_cores(None, manifest)
+    with pytest.raises(ConfigError, match="--neuron-cores"):
+        settings_from_env()
 
     assert nb.visible_neuron_cores(tmp_path) == 2  # no devices: one inf2.xlarge device
     for name in ("neuron0", "neuron1", "null"):

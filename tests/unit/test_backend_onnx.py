@@ -20,7 +20,7 @@ pytest.importorskip("onnxruntime")
 
 import onnx  # noqa: E402
 
-from ember.backends import artifacts, onnx_backend  # noqa: E402
+from ember.backends import artifacts, onnx_backend, onnx_export, onnx_int8  # noqa: E402
 from ember.errors import ConfigError, MissingDependency  # noqa: E402
 from tests.fixtures import parity  # noqa: E402
 from tests.fixtures.tiny_models import (  # noqa: E402
@@ -67,7 +67,7 @@ def reference(minilm_path: Path) -> np.ndarray:
 
 def test_text_set_covers_the_hard_cases(minilm_fp32) -> None:
     model, _ = minilm_fp32
-    from ember.engine.tokenizer import TextTokenizer
+    from ember.processors.text import TextTokenizer
 
     counts = TextTokenizer(model).count(list(TEXTS))
     assert len(TEXTS) >= 50
@@ -102,7 +102,7 @@ def test_fp32_graph_is_fused(minilm_fp32) -> None:
     assert ops["EmbedLayerNormalization"] == 1
     assert ops["BiasGelu"] == 6
     assert ops["Softmax"] == 0 and ops["Erf"] == 0  # nothing left unfused
-    assert set(onnx_backend.int8_nodes(onnx.load(str(backend.path)))) == {
+    assert set(onnx_int8.int8_nodes(onnx.load(str(backend.path)))) == {
         n.name
         for n in onnx.load(str(backend.path)).graph.node
         if n.op_type == "MatMul" and ("layer.0/" not in n.name) and "intermediate" not in n.name
@@ -132,7 +132,7 @@ def test_second_load_reuses_the_cache(
         raise AssertionError("artifact rebuilt although it is cached")
 
     for name in ("export_torch", "optimize", "quantize_int8", "_build"):
-        monkeypatch.setattr(onnx_backend, name, fail)
+        monkeypatch.setattr(onnx_export, name, fail)
     for dtype, path in paths.items():
         backend = onnx_backend.load(parity.resolved(minilm_path, "onnx", cache_dir, dtype))
         assert backend.path == path
@@ -257,12 +257,12 @@ def test_model_onnx_in_the_model_dir_is_used(tmp_path: Path, cache_dir: Path) ->
         raise AssertionError("exported from torch although the model ships model.onnx")
 
     model = parity.resolved(src, "onnx", cache_dir)
-    original = onnx_backend.export_torch
-    onnx_backend.export_torch = no_export  # type: ignore[assignment]
+    original = onnx_export.export_torch
+    onnx_export.export_torch = no_export  # type: ignore[assignment]
     try:
         backend = onnx_backend.load(model)
     finally:
-        onnx_backend.export_torch = original  # type: ignore[assignment]
+        onnx_export.export_torch = original  # type: ignore[assignment]
     assert "token_type_ids" not in {i.name for i in backend.session.get_inputs()}
     out = parity.run_texts(backend, model, TEXTS[:20])
     ref = parity.st_embeddings(str(src), TEXTS[:20])
@@ -273,7 +273,7 @@ def test_export_dir_is_servable(tmp_path: Path, cache_dir: Path) -> None:
     src = build_tiny_embedder(tmp_path / "src", pooling="cls")
     model = parity.resolved(src, "onnx", cache_dir)
     messages: list[str] = []
-    out_dir = onnx_backend.export(model, tmp_path / "exported", progress=messages.append)
+    out_dir = onnx_export.export(model, tmp_path / "exported", progress=messages.append)
     assert (out_dir / "model.onnx").is_file() and messages
     assert not list(out_dir.glob("*.safetensors"))  # the graph replaces the weights
     own_cache = tmp_path / "served-cache"
@@ -289,7 +289,7 @@ def test_export_dir_is_servable(tmp_path: Path, cache_dir: Path) -> None:
     assert int8.path.parent.parent == own_cache / "onnx"
     assert _op_counts(int8.path)["MatMulInteger"] > 0
     # an int8 export cannot be served as float32
-    int8_dir = onnx_backend.export(
+    int8_dir = onnx_export.export(
         parity.resolved(src, "onnx", cache_dir, dtype="int8"), tmp_path / "exported-int8"
     )
     with pytest.raises(ConfigError, match="export again"):
@@ -300,8 +300,8 @@ def test_unsupported_dtype_device_is_an_error(minilm_path: Path, cache_dir: Path
     with pytest.raises(ConfigError, match="float16"):
         onnx_backend.load(parity.resolved(minilm_path, "onnx", cache_dir, dtype="float16"))
     with pytest.raises(ConfigError, match="cuda"):
-        onnx_backend.resolve_device("cuda", ["CPUExecutionProvider"])
-    assert onnx_backend.resolve_device("auto", ["CPUExecutionProvider"]) == "cpu"
+        onnx_export.resolve_device("cuda", ["CPUExecutionProvider"])
+    assert onnx_export.resolve_device("auto", ["CPUExecutionProvider"]) == "cpu"
 
 
 def test_missing_onnxruntime_names_the_extra(

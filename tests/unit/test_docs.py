@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 import sys
 
 from ember import __version__
+from ember.backends.registry import EXPORTERS, REGISTRY
 from ember.cli import build_parser, flag_table
-from ember.config import ServerSettings
+from ember.config import BACKENDS, ServerSettings
 from tests.support import REPO
 
 README = (REPO / "README.md").read_text()
@@ -66,3 +68,27 @@ def test_bad_config_exits_with_a_clear_message() -> None:
     )
     assert result.returncode == 2
     assert "--backend must be one of" in result.stderr
+
+
+def _subcommand(name: str) -> argparse.ArgumentParser:
+    return next(a.choices[name] for a in build_parser()._actions if getattr(a, "choices", None))
+
+
+def test_backend_settings_are_in_help_and_table() -> None:
+    """The settings the backends once read from the environment themselves."""
+    help_text = _subcommand("serve").format_help()
+    for name in ("cache_dir", *(n for n in ServerSettings.model_fields if n.startswith("neuron_"))):
+        flag, env = "--" + name.replace("_", "-"), "EMBER_" + name.upper()
+        assert f"| `{flag}` | `{env}` |" in README
+        assert flag in help_text and env in help_text
+    assert "| `--neuron-batch-size` | `EMBER_NEURON_BATCH_SIZE` | `8` |" in README
+
+
+def test_every_registered_backend_is_documented_and_offered() -> None:
+    """Adding a backend is one registration: the flags and docs follow it."""
+    backends = README.split("## Backends")[1].split("\n## ")[0]
+    for name, entry in REGISTRY.items():
+        assert f"| `{name}` |" in backends, name
+        assert name in BACKENDS
+        assert (name in EXPORTERS) == (entry.exporter is not None)
+    assert f"({', '.join(EXPORTERS)})" in (_subcommand("export").description or "")

@@ -71,10 +71,11 @@ def test_what_does_not_pickle_runs_here() -> None:
 _FIRST_LOAD = """
 import json, sys
 from ember.backends import load_backend
+from ember.config import settings_from_env
 from ember.models.resolve import resolve_model
-from ember.models.spec import ModelSpec
 
-backend = load_backend(resolve_model(ModelSpec(model_id="", backend=sys.argv[1], device="cpu")))
+(spec,) = settings_from_env(backend=sys.argv[1], device="cpu").model_specs()  # EMBER_CACHE_DIR
+backend = load_backend(resolve_model(spec))
 built = json.load(open(backend.info.details["artifact"].removesuffix("model.onnx").rstrip("/")
                        + "/ember_artifact.json"))
 print(json.dumps({"torch": "torch" in sys.modules, "transformers": "transformers" in sys.modules,

@@ -1,35 +1,31 @@
-"""Backend registry: each backend module is imported only when chosen."""
+"""Backends: each registered once (``registry``), its module imported only when chosen."""
 
 from __future__ import annotations
 
-import importlib
 import logging
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from ember.backends.base import Backend, BackendInfo, TokenBatch
-from ember.backends.choice import AUTO, choose_backend
-from ember.errors import ConfigError
-from ember.models.spec import ResolvedModel
+from ember.backends.registry import BACKEND_NAMES, EXPORTERS, backend_module, import_backend
+
+if TYPE_CHECKING:
+    from ember.backends.base import Backend
+    from ember.models.spec import ResolvedModel
 
 log = logging.getLogger(__name__)
 
-_MODULES = {
-    "torch": "ember.backends.torch_backend",
-    "onnx": "ember.backends.onnx_backend",
-    "ct2": "ember.backends.ct2_backend",
-    "neuron": "ember.backends.neuron_backend",
-}
-
-__all__ = ["Backend", "BackendInfo", "TokenBatch", "load_backend"]
+__all__ = ["BACKEND_NAMES", "EXPORTERS", "import_backend", "load_backend"]
 
 
 def _load(name: str, model: ResolvedModel) -> Backend:
-    if name not in _MODULES:
-        raise ConfigError(f"unknown backend {name!r}; choose one of auto, {', '.join(_MODULES)}")
-    return importlib.import_module(_MODULES[name]).load(model)
+    return backend_module(name).load(model)
 
 
 def load_backend(model: ResolvedModel) -> Backend:
+    # Imported here, not above: ember.config reads the registry through this package,
+    # and the chooser reads artifacts, which read ember.config.
+    from ember.backends.choice import AUTO, choose_backend
+
     if model.spec.backend != AUTO:
         return _load(model.spec.backend, model)
     choice = choose_backend(model)

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ember.config import default_cache_dir
 from ember.models.spec import ResolvedModel
 
 log = logging.getLogger(__name__)
@@ -36,15 +37,11 @@ _SMALL_SUFFIXES = {".json", ".txt", ".model"}
 _SMALL_LIMIT = 4 * 1024 * 1024
 
 
-def cache_root(model: ResolvedModel | None = None) -> Path:
-    """``spec.cache_dir``, else ``$EMBER_CACHE_DIR``, else ``$XDG_CACHE_HOME/ember`` or ~/.cache."""
-    if model is not None and model.spec.cache_dir is not None:
+def cache_root(model: ResolvedModel) -> Path:
+    """``--cache-dir`` as the settings put it in the model's spec, else its default."""
+    if model.spec.cache_dir is not None:
         return Path(model.spec.cache_dir).expanduser()
-    env = os.environ.get("EMBER_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "ember"
+    return default_cache_dir()
 
 
 def package_versions(names: Iterable[str]) -> dict[str, str]:

@@ -25,8 +25,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from ember.backends import artifacts
-from ember.backends.ct2_backend import SUBDIR as CT2_SUBDIR
-from ember.backends.neuron_backend import MANIFEST_NAME as NEURON_MANIFEST
+from ember.backends.registry import REGISTRY
 from ember.models.spec import ResolvedModel
 
 AUTO = "auto"
@@ -66,21 +65,20 @@ def onnxruntime_installed() -> bool:
     return find_spec("onnxruntime") is not None and find_spec("onnx") is not None
 
 
-def _exported_by(path: Path) -> str | None:
-    """The backend whose `ember export` wrote ``path``, if one did."""
-    if (path / NEURON_MANIFEST).is_file():
-        return "neuron"
-    for manifest_dir in (path, path / CT2_SUBDIR):
-        backend = (artifacts.read_manifest(manifest_dir) or {}).get("backend")
-        if backend in ("onnx", "ct2"):
-            return str(backend)
+def exported_backend(path: Path) -> str | None:
+    """The backend whose ``ember export`` wrote the directory ``path``, if one did."""
+    for entry in REGISTRY.values():
+        if entry.exporter is not None:
+            manifest = artifacts.read_manifest(Path(path) / entry.export_subdir) or {}
+            if manifest.get("backend") == entry.name:
+                return entry.name
     return None
 
 
 def choose_backend(model: ResolvedModel) -> Choice:
     """What serves ``model``, whose spec asks for ``auto``, and the reason in words."""
     spec = model.spec
-    if exported := _exported_by(model.path):
+    if exported := exported_backend(model.path):
         reason = f"the directory is an `ember export --backend {exported}` artifact"
         return Choice(exported, reason, exported=True)
     if spec.device not in ("auto", "cpu"):

@@ -37,6 +37,7 @@ from ember.backends.base import (
     Outputs,
     TokenBatch,
 )
+from ember.backends.registry import REGISTRY
 from ember.config import cpu_forward_plan, physical_cores
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 MISSING = "the ct2 backend needs CTranslate2: pip install 'ember[ct2]'"
 BACKEND = "ct2"
 HEAD_FILE = "head.npz"
-SUBDIR = "ct2"  # inside an `ember export` directory
+SUBDIR = REGISTRY[BACKEND].export_subdir  # inside an `ember export` directory
 FORMAT_VERSION = 1
 Progress = Callable[[str], None]
 

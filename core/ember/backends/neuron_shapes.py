@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.backends.base import TokenBatch
+from ember.config import NEURON_BUCKETS
 
-DEFAULT_BUCKETS: tuple[int, ...] = (128, 256, 512)
+DEFAULT_BUCKETS: tuple[int, ...] = NEURON_BUCKETS  # --neuron-sequence-lengths' default
 
 
 def normalize_buckets(sequence_lengths: Iterable[int]) -> tuple[int, ...]:

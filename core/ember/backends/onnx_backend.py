@@ -1,40 +1,16 @@
-"""ONNX Runtime backend: export once, fuse with ORT's transformer optimizer, optionally int8.
+"""ONNX Runtime backend: one ``InferenceSession`` over the graph ``onnx_export`` prepared.
 
-Pipeline at first load (cached under ``artifacts.artifact_dir``; later loads open the
-cached graph directly):
-
-1. ``torch.onnx.export`` with the TorchScript exporter (``dynamo=False``), eager
-   attention, dynamic batch/sequence axes. The dynamo exporter also works here but
-   takes ~10x longer, and ORT's optimizer does not recognise its attention pattern,
-   so it would lose the fused ``Attention`` kernel.
-2. ``onnxruntime.transformers.optimizer`` (model_type ``bert``) fuses embeddings +
-   LayerNorm, attention, skip-LayerNorm and bias-GELU. It is run offline at
-   ``opt_level`` 0 (fusions only, hardware independent); the session then applies
-   ``ORT_ENABLE_ALL`` for the machine it runs on.
-3. ``--dtype int8``: ``quantize_dynamic`` with per-channel int8 weights on the MatMuls
-   whose inputs are *not* LayerNorm outputs (attention-output and FFN-output
-   projections), first layer kept fp32 (see ``int8_nodes``).
-   ``--device cuda``: fp16 conversion (inputs/outputs kept float32).
-
-A directory that already holds ``model.onnx`` (or ``onnx/model.onnx``) is used as is:
-an ``ember export`` artifact directly, any other graph after the same optimise/quantise
-steps (cached).
+The session applies ``ORT_ENABLE_ALL`` for the machine it runs on, on top of the
+hardware-independent fusions baked into the artifact. On CPU, several single-threaded
+runs go at once (``ember.config.cpu_forward_plan``) and batches carry almost no padding.
 """
 
 from __future__ import annotations
 
-import inspect
-import logging
-import tempfile
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from ember.backends import artifacts, isolated
 from ember.backends.base import (
     LOGITS,
     TOKEN_STATES,
@@ -44,41 +20,10 @@ from ember.backends.base import (
     PaddingBudget,
     TokenBatch,
 )
+from ember.backends.onnx_export import BACKEND, Plan, import_ort, plan_for, prepare
 from ember.config import cpu_forward_plan, physical_cores
-from ember.errors import ConfigError, MissingDependency
+from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel
-
-log = logging.getLogger(__name__)
-
-MISSING = "the onnx backend needs onnxruntime and onnx: pip install 'ember[onnx]'"
-BACKEND = "onnx"
-MODEL_FILE = "model.onnx"
-# Bump when the export/optimise/quantise code changes what it writes: old caches miss.
-FORMAT_VERSION = 1
-OPSET = 17  # LayerNormalization is a single op from 17 on, which the fusions expect
-OPT_LEVEL = 0  # offline: graph fusions only; runtime adds hardware-specific rewrites
-# Above this many bytes of weights the graph is written with external data (2 GiB
-# protobuf limit, with margin).
-EXTERNAL_DATA_BYTES = 1_800_000_000
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".onnx_data", ".data")
-Progress = Callable[[str], None]
-
-# Producers whose outputs are safe to quantise per-tensor at run time: attention
-# context and FFN activations. LayerNorm outputs (inputs of QKV and FFN-in) carry a
-# few outlier channels 10-20x the median; one per-tensor uint8 scale then wipes out
-# the other channels, and on MiniLM that alone drops worst-case cosine to ~0.97.
-_SAFE_PRODUCERS = {
-    "Attention",
-    "MultiHeadAttention",
-    "MatMul",  # probs @ V in unfused attention
-    "Gelu",
-    "BiasGelu",
-    "FastGelu",
-    "QuickGelu",
-    "Relu",
-}
-_PASS_THROUGH = {"Reshape", "Transpose", "Cast", "Identity"}
-_ATTENTION_OPS = {"Attention", "MultiHeadAttention", "Softmax"}
 
 # ORT computes every padded position and a CPU run has little fixed cost, so batches
 # carry almost no padding. Served MiniLM fp32, interleaved A/B against the engine's CPU
@@ -88,380 +33,12 @@ _ATTENTION_OPS = {"Attention", "MultiHeadAttention", "Softmax"}
 ORT_CPU_PADDING = PaddingBudget(tokens=4, fraction=0.01)
 
 
-def _import_ort() -> Any:
-    try:
-        import onnx  # noqa: F401
-        import onnxruntime
-    except ImportError as exc:
-        raise MissingDependency(MISSING) from exc
-    return onnxruntime
-
-
-# ---------------------------------------------------------------- options
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What the session will run: device, weight dtype and execution providers."""
-
-    device: str  # "cpu" | "cuda"
-    dtype: str  # "float32" | "float16" | "int8"
-    providers: list[Any]
-
-
-def resolve_device(device: str, available: list[str]) -> str:
-    if device == "auto":
-        return "cuda" if "CUDAExecutionProvider" in available else "cpu"
-    if device == "cuda" and "CUDAExecutionProvider" not in available:
-        raise ConfigError(
-            "--device cuda asked for, but onnxruntime has no CUDAExecutionProvider "
-            f"(available: {', '.join(available)}); install onnxruntime-gpu: "
-            "pip install 'ember[onnx-gpu]'"
-        )
-    if device not in ("cpu", "cuda"):
-        raise ConfigError(f"the onnx backend runs on cpu or cuda, not {device!r}")
-    return device
-
-
-def resolve_dtype(dtype: str, device: str) -> str:
-    if dtype == "auto":
-        return "float16" if device == "cuda" else "float32"
-    if dtype == "int8" and device != "cpu":
-        raise ConfigError("--dtype int8 (dynamic quantisation) runs on --device cpu only")
-    if dtype == "float16" and device != "cuda":
-        raise ConfigError("--dtype float16 with the onnx backend needs --device cuda")
-    if dtype not in ("float32", "float16", "int8"):
-        raise ConfigError(
-            f"the onnx backend serves float32, float16 (cuda) or int8 (cpu), not {dtype!r}"
-        )
-    return dtype
-
-
-def plan_for(model: ResolvedModel, available: list[str]) -> Plan:
-    device = resolve_device(model.spec.device, available)
-    dtype = model.spec.dtype
-    exported = _exported(model)[1]
-    if dtype == "auto" and exported and exported.get("dtype"):  # serve as exported
-        dtype = str(exported["dtype"])
-    dtype = resolve_dtype(dtype, device)
-    if device == "cpu":
-        return Plan(device, dtype, ["CPUExecutionProvider"])
-    providers: list[Any] = []
-    if "TensorrtExecutionProvider" in available:
-        cache = artifacts.cache_root(model) / "tensorrt"
-        providers.append(
-            (
-                "TensorrtExecutionProvider",
-                {
-                    "trt_fp16_enable": dtype == "float16",
-                    "trt_engine_cache_enable": True,
-                    "trt_engine_cache_path": str(cache),
-                },
-            )
-        )
-    providers += ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    return Plan(device, dtype, providers)
-
-
-def build_options(model: ResolvedModel, plan: Plan) -> dict[str, Any]:
-    """Everything that changes the artifact; hashed into the cache key."""
-    return {
-        "format": FORMAT_VERSION,
-        "opset": OPSET,
-        "opt_level": OPT_LEVEL,
-        "dtype": plan.dtype,
-        "gpu": plan.device == "cuda",
-        "int8": "per-channel,non-LN-inputs,skip-first-layer" if plan.dtype == "int8" else None,
-        "versions": artifacts.package_versions(
-            ["torch", "transformers", "onnx", "onnxruntime", "onnxruntime-gpu"]
-        ),
-    }
-
-
-# ---------------------------------------------------------------- export
-
-
-def _num_heads_hidden(config: dict) -> tuple[int, int]:
-    heads = config.get("num_attention_heads") or config.get("n_heads") or 0
-    hidden = config.get("hidden_size") or config.get("dim") or 0
-    return int(heads), int(hidden)
-
-
-def _is_large(model: ResolvedModel) -> bool:
-    """Weights past ~1.8 GB go to external data (protobuf's 2 GiB limit)."""
-    size = sum(p.stat().st_size for p in model.path.glob("*") if p.suffix in WEIGHT_SUFFIXES)
-    return size > EXTERNAL_DATA_BYTES
-
-
-def _copy_onnx(src: Path, dst: Path, large: bool) -> None:
-    """Copy a graph via onnx so its external data (if any) is rewritten next to ``dst``."""
-    import onnx
-
-    graph = onnx.load(str(src))
-    onnx.save_model(graph, str(dst), save_as_external_data=large, location=dst.name + ".data")
-
-
-def export_torch(model: ResolvedModel, dst: Path) -> Path:
-    """Export the HF model to ``dst`` (fp32, dynamic batch/sequence); returns the file."""
-    import torch
-    from transformers import AutoModel, AutoModelForSequenceClassification
-
-    auto = AutoModel if model.backbone == "encoder" else AutoModelForSequenceClassification
-    try:
-        net = auto.from_pretrained(
-            str(model.path),
-            dtype=torch.float32,
-            attn_implementation="eager",
-            trust_remote_code=model.spec.trust_remote_code,
-        )
-    except (ValueError, TypeError):  # architectures without the attn_implementation switch
-        net = auto.from_pretrained(
-            str(model.path), dtype=torch.float32, trust_remote_code=model.spec.trust_remote_code
-        )
-    net.eval()
-    takes_types = "token_type_ids" in inspect.signature(net.forward).parameters
-    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_types else [])
-    out_name = "last_hidden_state" if model.backbone == "encoder" else "logits"
-
-    class Wrapper(torch.nn.Module):
-        """Positional inputs -> one tensor, so the graph has stable names."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = net
-
-        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-            out = self.net(**dict(zip(names, inputs, strict=True)))
-            return out.last_hidden_state if out_name == "last_hidden_state" else out.logits
-
-    ids = torch.tensor([[101, 2023, 2003, 1037, 3231, 102], [101, 2178, 102, 0, 0, 0]])
-    ids = ids.clamp(max=int(net.config.vocab_size) - 1)
-    mask = (torch.arange(6)[None, :] < torch.tensor([[6], [3]])).long()
-    dummy = (ids, mask, torch.zeros_like(ids))[: len(names)]
-    axes = {n: {0: "batch", 1: "sequence"} for n in names}
-    axes[out_name] = (
-        {0: "batch", 1: "sequence"} if out_name == "last_hidden_state" else {0: "batch"}
-    )
-    file = dst / "exported.onnx"
-    with torch.inference_mode(False), torch.no_grad():
-        torch.onnx.export(
-            Wrapper(),
-            dummy,
-            str(file),
-            dynamo=False,
-            input_names=names,
-            output_names=[out_name],
-            dynamic_axes=axes,
-            opset_version=OPSET,
-            do_constant_folding=True,
-        )
-    return file
-
-
-def optimize(src: Path, dst: Path, model: ResolvedModel, plan: Plan) -> dict[str, int]:
-    """ORT transformer fusions (+ fp16 on cuda); returns the fused-op counts."""
-    from onnxruntime.transformers import optimizer
-
-    heads, hidden = _num_heads_hidden(model.config)
-    opt = optimizer.optimize_model(
-        str(src),
-        model_type="bert",
-        num_heads=heads,
-        hidden_size=hidden,
-        opt_level=OPT_LEVEL,
-        use_gpu=plan.device == "cuda",
-    )
-    if plan.dtype == "float16":
-        opt.convert_float_to_float16(keep_io_types=True)
-    opt.save_model_to_file(str(dst), use_external_data_format=_is_large(model))
-    return {k: int(v) for k, v in opt.get_fused_operator_statistics().items() if v}
-
-
-def int8_nodes(onnx_model: Any) -> list[str]:
-    """Nodes to quantise: MatMuls fed by attention context or an FFN activation.
-
-    Worst-case cosine vs sentence-transformers fp32 on all-MiniLM-L6-v2 (60 mixed test
-    texts): every MatMul + Attention per-channel 0.972, FFN-only 0.980, this set 0.993
-    (over the 2,048-sentence benchmark corpus: 0.9926 in batches of 32, 0.985 in batches of
-    1, as activation ranges are per batch). QKV and FFN-in read LayerNorm
-    outputs (outlier channels) and the first layer is the most sensitive; classifier
-    heads stay fp32 too. The price: ~1/3 of the FLOPs run int8, so the gain is ~10%
-    CPU time, not the ~1.7x of quantising everything.
-    """
-    producer = {out: node for node in onnx_model.graph.node for out in node.output}
-    weights = {init.name for init in onnx_model.graph.initializer}
-    selected = []
-    layer = -1
-    for node in onnx_model.graph.node:
-        if node.op_type in _ATTENTION_OPS:
-            layer += 1
-        if node.op_type != "MatMul" or node.input[1] not in weights or layer < 1:
-            continue
-        src = producer.get(node.input[0])
-        while src is not None and src.op_type in _PASS_THROUGH:
-            src = producer.get(src.input[0])
-        if src is not None and src.op_type in _SAFE_PRODUCERS:
-            selected.append(node.name)
-    return selected
-
-
-def quantize_int8(src: Path, dst: Path, large: bool = False) -> int:
-    """Dynamic int8 (per-channel weights, per-tensor uint8 activations); returns node count."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    nodes = int8_nodes(onnx.load(str(src), load_external_data=False))
-    if not nodes:
-        raise ConfigError(f"{src}: no MatMul found that int8 quantisation can safely replace")
-    quantize_dynamic(
-        str(src),
-        str(dst),
-        weight_type=QuantType.QInt8,
-        per_channel=True,
-        nodes_to_quantize=nodes,
-        op_types_to_quantize=["MatMul"],
-        # contrib ops (Attention, SkipLayerNorm) defeat ONNX shape inference
-        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-        use_external_data_format=large,
-    )
-    return len(nodes)
-
-
-def find_onnx(path: Path) -> Path | None:
-    for candidate in (path / MODEL_FILE, path / "onnx" / MODEL_FILE):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _optimize_or_copy(model: ResolvedModel, plan: Plan, src: Path, dst: Path) -> dict[str, int]:
-    """Fuse ``src`` into ``dst``; a foreign graph the optimizer rejects is copied as is."""
-    try:
-        fused = optimize(src, dst, model, plan)
-    except Exception as exc:
-        if find_onnx(model.path) != src:
-            raise  # our own export must optimise; anything else is a bug to see
-        log.warning("ORT optimizer failed on %s (%s); using the graph unfused", src, exc)
-        _copy_onnx(src, dst, _is_large(model))
-        return {}
-    if not any(k in fused for k in ("Attention", "MultiHeadAttention")):
-        log.warning("no attention fusion applied to %s (fused ops: %s)", model.path, fused)
-    return fused
-
-
-def _build(
-    model: ResolvedModel,
-    plan: Plan,
-    out_dir: Path,
-    say: Progress,
-    source: Path | None,
-    fused_source: bool = False,
-) -> dict[str, Any]:
-    """Write ``out_dir/model.onnx`` (+ manifest); returns the manifest.
-
-    ``source``: an existing graph (None: export from the HF weights); ``fused_source``:
-    it is already optimised (an fp32 artifact being quantised), so skip the fusions.
-    """
-    started = time.monotonic()
-    final = out_dir / MODEL_FILE
-    fused: dict[str, int] = {}
-    quantized = 0
-    with tempfile.TemporaryDirectory(prefix="ember-onnx-") as tmp_name:
-        tmp = Path(tmp_name)
-        if source is None:
-            say(f"exporting {model.path} to ONNX (opset {OPSET})")
-            source = export_torch(model, tmp)
-        if fused_source:
-            fused = (artifacts.read_manifest(source.parent) or {}).get("fused_ops", {})
-        else:
-            say("fusing attention/LayerNorm/GELU with onnxruntime.transformers.optimizer")
-            target = tmp / "fused.onnx" if plan.dtype == "int8" else final
-            fused = _optimize_or_copy(model, plan, source, target)
-            source = target
-        if plan.dtype == "int8":
-            say("quantising to int8 (dynamic, per-channel)")
-            quantized = quantize_int8(source, final, _is_large(model))
-        elif source != final:
-            _copy_onnx(source, final, _is_large(model))
-    manifest = {
-        "backend": BACKEND,
-        "task": model.task,
-        "dtype": plan.dtype,
-        "device": plan.device,
-        "fused_ops": fused,
-        "int8_nodes": quantized,
-        "source": str(model.path),
-        "seconds": round(time.monotonic() - started, 1),
-        "options": build_options(model, plan),
-    }
-    artifacts.write_manifest(out_dir, manifest)
-    say(f"wrote {final} in {manifest['seconds']} s (fused: {fused}, int8 nodes: {quantized})")
-    return manifest
-
-
-def export(model: ResolvedModel, out_dir: Path, progress: Progress | None = None) -> Path:
-    """``ember export --backend onnx``: a directory that ``--model-id`` serves directly.
-
-    Holds the optimised (and, for ``--dtype int8``, quantised) ``model.onnx``, a
-    manifest, and the source's config/tokenizer/sentence-transformers files.
-    """
-    ort = _import_ort()
-    plan = plan_for(model, ort.get_available_providers())
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    say = progress or log.info
-    artifacts.copy_model_files(model.path, out_dir)
-    artifacts.write_pooling_files(model, out_dir)
-    _build(model, plan, out_dir, say, find_onnx(model.path))
-    return out_dir
-
-
-def _exported(model: ResolvedModel) -> tuple[Path | None, dict[str, Any] | None]:
-    """The model directory's own graph, and its manifest if ``ember export`` wrote it."""
-    source = find_onnx(model.path)
-    manifest = artifacts.read_manifest(source.parent) if source is not None else None
-    return source, manifest if manifest and manifest.get("backend") == BACKEND else None
-
-
-def prepare(model: ResolvedModel, plan: Plan, progress: Progress | None = None) -> Path:
-    """The ``model.onnx`` to open: the model's own export, or a cached build.
-
-    int8 is derived from the fp32 artifact (built first if missing), so switching
-    dtypes never exports twice.
-    """
-    say = progress or log.info
-    source, exported = _exported(model)
-    if exported:  # an `ember export` directory
-        if exported.get("dtype") == plan.dtype:
-            return source
-        if exported.get("dtype") != "float32":
-            raise ConfigError(
-                f"{source} was exported as {exported.get('dtype')}; it cannot be served as "
-                f"{plan.dtype}: export again with --dtype {plan.dtype} (or from float32)"
-            )
-    target = artifacts.artifact_dir(model, BACKEND, build_options(model, plan))
-    if artifacts.read_manifest(target) is not None and (target / MODEL_FILE).is_file():
-        log.info("using cached ONNX artifact %s", target)
-        return target / MODEL_FILE
-    fused_source = False
-    if plan.dtype == "int8":
-        source = prepare(model, replace(plan, dtype="float32"), progress)
-        fused_source = True
-    say(f"building ONNX artifact for {model.served_name} in {target} (first load only)")
-    with artifacts.staging(target) as tmp:
-        isolated.run(_build, model, plan, tmp, say, source, fused_source)
-    return target / MODEL_FILE
-
-
-# ---------------------------------------------------------------- runtime
-
-
 class OnnxBackend(BackendDefaults):
     """One ``InferenceSession``; on CPU ``forward`` runs from ``parallel_forwards`` threads
     at once (``session.run`` is thread-safe), each run on ``threads`` intra-op threads."""
 
     def __init__(self, model: ResolvedModel, path: Path, plan: Plan) -> None:
-        ort = _import_ort()
+        ort = import_ort()
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -537,7 +114,9 @@ class OnnxBackend(BackendDefaults):
 
 
 def load(model: ResolvedModel) -> OnnxBackend:
-    ort = _import_ort()
+    """The model's graph (``onnx_export.prepare``: its own export, or a cached build) in
+    a session for the device and dtype asked for."""
+    ort = import_ort()
     plan = plan_for(model, ort.get_available_providers())
     path = prepare(model, plan)
     return OnnxBackend(model, path, plan)

@@ -35,6 +35,11 @@ class ModelSpec:
     torch_compile: bool = False  # torch backend: torch.compile while loading
     trust_remote_code: bool = False
     cache_dir: Path | None = None  # where exported artifacts (onnx, ct2) are kept
+    # neuron, when compiling and loading (None: the setting's default, ember.config)
+    neuron_batch_size: int | None = None
+    neuron_sequence_lengths: tuple[int, ...] | None = None  # None: defaults, capped
+    neuron_auto_cast: str | None = None  # none|matmul|all; None: not cast (float32)
+    neuron_cores: int | None = None  # None: the count given at export, else the visible
 
 
 @dataclass(frozen=True)

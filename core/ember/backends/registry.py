@@ -1,0 +1,102 @@
+"""The backend registry: adding a backend is one row here.
+
+Everything that lists backends reads this table: ``--backend``'s choices and help
+(``ember.config``), ``ember export``'s backends (``ember.cli``), the loader
+(``ember.backends.load_backend``), the detection of an export directory
+(``ember.backends.choice.exported_backend``), the runtime a platform pre-imports
+(``ember.platform.preload_runtime``), and the docs test that checks the README's
+Backends table. It imports no backend: a module is imported only when its backend is
+chosen, so choosing costs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+from ember.errors import ConfigError, MissingDependency
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    """One backend.
+
+    ``module`` has ``load(model) -> Backend``. ``exporter``, where the backend writes
+    ahead-of-time artifacts, has ``export(model, out_dir, progress=None) -> Path``: the
+    directory it writes is served by ``--model-id DIR``, and its artifact manifest
+    (``ember.backends.artifacts``) sits in ``export_subdir`` of it. ``runtime`` lists the
+    libraries a load imports (what a platform pre-imports before a memory snapshot).
+    """
+
+    name: str
+    module: str
+    runtime: tuple[str, ...]
+    exporter: str | None = None
+    export_subdir: str = ""
+
+
+REGISTRY: dict[str, BackendEntry] = {
+    entry.name: entry
+    for entry in (
+        BackendEntry("torch", "ember.backends.torch_backend", ("torch", "transformers")),
+        BackendEntry(
+            "onnx",
+            "ember.backends.onnx_backend",
+            ("onnxruntime", "onnx"),
+            exporter="ember.backends.onnx_export",
+        ),
+        BackendEntry(
+            "ct2",
+            "ember.backends.ct2_backend",
+            ("ctranslate2",),
+            exporter="ember.backends.ct2_backend",
+            export_subdir="ct2",  # the converted model has a config.json of its own
+        ),
+        BackendEntry(
+            "neuron",
+            "ember.backends.neuron_backend",
+            ("optimum.neuron",),
+            exporter="ember.backends.neuron_export",
+        ),
+    )
+}
+
+BACKEND_NAMES: tuple[str, ...] = tuple(REGISTRY)
+EXPORTERS: tuple[str, ...] = tuple(e.name for e in REGISTRY.values() if e.exporter)
+
+
+def entry(name: str) -> BackendEntry:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown backend {name!r}; choose one of auto, {', '.join(BACKEND_NAMES)}"
+        ) from None
+
+
+def backend_module(name: str) -> ModuleType:
+    """The module that loads backend ``name`` (imported now)."""
+    return importlib.import_module(entry(name).module)
+
+
+def exporter_module(name: str) -> ModuleType:
+    """The module whose ``export`` writes an ``ember export --backend NAME`` directory."""
+    if name not in EXPORTERS:
+        raise ConfigError(
+            f"--backend must be one of {'|'.join(EXPORTERS)} for ember export, got {name!r}"
+        )
+    return importlib.import_module(str(REGISTRY[name].exporter))
+
+
+def import_backend(name: str) -> None:
+    """Import backend ``name`` and the libraries it runs on, loading no model."""
+    found = entry(name)
+    importlib.import_module(found.module)
+    for library in found.runtime:
+        try:
+            importlib.import_module(library)
+        except ImportError as exc:
+            raise MissingDependency(
+                f"the {name} backend needs {library}: pip install 'ember[{name}]'"
+            ) from exc
