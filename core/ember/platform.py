@@ -2,13 +2,15 @@
 
 Adapters (Modal, BentoML, RunPod, SageMaker) build settings from ``EMBER_*`` env,
 start warm engines, and either mount ``create_app`` or dispatch a JSON payload
-through the same operations the HTTP routes use.
+through the same operations the HTTP routes use. This module and ``ember.engine`` are
+what an adapter imports from the core (a test holds them to it).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,26 +19,39 @@ from pydantic import ValidationError
 
 from ember.api import operations as ops
 from ember.api import schemas as s
-from ember.api.app import ROUTES_BY_PATH, ModelRoute, create_app
+from ember.api.app import ROUTES_BY_PATH, EmberApp, ModelRoute, create_app
 from ember.api.errors import validation_message
+from ember.api.middleware import ASGIApp
+from ember.backends.choice import AUTO, choose_backend, exported_backend
+from ember.backends.registry import import_backend
 from ember.config import ServerSettings, settings_from_env
 from ember.engine.array import EngineArray
 from ember.engine.loop import EngineLoop
 from ember.errors import BadRequest, ConfigError, EmberError, NotFound
+from ember.logs import configure_logging
 from ember.models.resolve import resolve_model
-from ember.models.spec import ResolvedModel
+from ember.models.spec import ModelSpec, ResolvedModel
 
 __all__ = [
+    "ASGIApp",
+    "BadRequest",
+    "EmberApp",
+    "EmberError",
     "EngineLoop",
+    "ModelSpec",
     "ServerSettings",
     "build_engines",
     "concurrency_limits",
+    "configure_logging",
     "create_app",
     "dispatch_invocation",
     "dispatch_route",
     "env_int",
+    "exported_backend",
+    "import_backend",
     "invocation_route",
     "prefetch",
+    "preload_runtime",
     "read_pins",
     "settings_from_env",
 ]
@@ -89,7 +104,7 @@ def invocation_route(engines: EngineArray, payload: Any) -> str:
         return "/v2/embed"  # Cohere's embed
     if "input" in payload or "inputs" in payload:
         model = payload.get("model")
-        caps = engines.capabilities(model if model or len(engines.engines) == 1 else None)
+        caps = engines.capabilities(model if model or len(engines.names) == 1 else None)
         if "classify" in caps and not caps & {"embed", "embed_multi", "embed_sparse"}:
             return "/classify" if "input" in payload else "/predict"
         return "/v1/embeddings" if "input" in payload else "/embed"
@@ -145,6 +160,29 @@ def prefetch(settings: ServerSettings | None = None) -> list[ResolvedModel]:
     for model in resolved:
         print(f"prefetched {model.served_name} ({model.task}) at {model.path}")
     return resolved
+
+
+def preload_runtime(
+    models: Iterable[ResolvedModel], *, accelerator: str | None = None
+) -> list[str]:
+    """Import the backends ``models`` will load with, and the libraries they run on
+    (torch and transformers, onnxruntime, ...), loading no weights; returns their names.
+
+    A memory snapshot taken after this (Modal's ``enter(snap=True)``) holds the imports,
+    so restored containers skip them. ``accelerator`` names the device the models will
+    be served on where it is not attached yet, for ``--backend auto``'s choice.
+    """
+    names = sorted(
+        {
+            model.spec.backend
+            if model.spec.backend != AUTO
+            else choose_backend(model, accelerator).backend
+            for model in models
+        }
+    )
+    for name in names:
+        import_backend(name)
+    return names
 
 
 def read_pins(section: str, path: Path) -> list[str]:

@@ -4,7 +4,7 @@ Serve locally with ``bentoml serve platforms.bentoml.service:Ember``; build a Be
 ``bentoml build -f platforms/bentoml/bentofile.yaml .`` (see docs/platforms/bentoml.md).
 
 Thin on purpose: settings come from ``EMBER_*`` variables, the engines and the HTTP app
-are the core's (``ember.api.app.create_app``), mounted at ``/`` so every route is the one
+are the core's (``ember.platform.create_app``), mounted at ``/`` so every route is the one
 ``ember serve`` has. BentoML adds its own ``/livez``, ``/readyz`` and ``/metrics``; the
 readiness hook ``__is_ready__`` reports ready only once every model is loaded and warm.
 
@@ -30,9 +30,14 @@ from typing import Any
 import bentoml
 from prometheus_client import generate_latest
 
-from ember.api.app import create_app
 from ember.engine import EngineArray
-from ember.platform import concurrency_limits, env_int, read_pins, settings_from_env
+from ember.platform import (
+    concurrency_limits,
+    create_app,
+    env_int,
+    read_pins,
+    settings_from_env,
+)
 
 # Pinned by full tag, the same CUDA userland as platforms/modal/app.py, whose CUDA major
 # matches the pinned torch wheel's (torch 2.13.0: CUDA 13.0). To bump it, change both with

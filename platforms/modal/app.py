@@ -4,7 +4,7 @@ Deploy with ``modal deploy platforms/modal/app.py`` (see docs/platforms/modal.md
 
 This module is deliberately thin. Settings come from ``EMBER_*`` variables through the
 core (``ember.platform.settings_from_env``), the engines and the HTTP app are the core's
-own (``ember.platform.build_engines``, ``ember.api.app.create_app``), so the routes served
+own (``ember.platform.build_engines``, ``ember.platform.create_app``), so the routes served
 here are byte-for-byte the routes ``ember serve`` has. What lives here is only what is
 Modal's: the image, the autoscaling knobs, the lifecycle hooks and the entry points.
 
@@ -39,14 +39,16 @@ from typing import Any
 
 import modal
 
-from ember.engine.loop import ASGIApp
 from ember.platform import (
+    ASGIApp,
     EngineLoop,
     build_engines,
     concurrency_limits,
+    create_app,
     dispatch_invocation,
     env_int,
     prefetch,
+    preload_runtime,
     read_pins,
     settings_from_env,
 )
@@ -123,14 +125,14 @@ class Ember:
     def prepare(self) -> None:
         """Before the memory snapshot (no GPU attached): the CPU-side part of a cold start.
 
-        Importing torch/transformers and resolving each model (reading its config files,
-        downloading into the Volume when weights=volume) is captured in the snapshot, so
-        restored containers skip it.
+        Resolving each model (reading its config files, downloading into the Volume when
+        weights=volume) and importing the backend it will load with (torch and
+        transformers, for ``auto`` on the GPU the container gets) are captured in the
+        snapshot, so restored containers skip them.
         """
-        import ember.backends.torch_backend  # noqa: F401  (the torch import is the cost)
-
         self.settings = settings_from_env()
         self.resolved = prefetch(self.settings)
+        preload_runtime(self.resolved, accelerator="cuda")
         if WEIGHTS == "volume" and not modal.is_local():
             for volume in VOLUMES.values():
                 volume.commit()  # later containers find the weights already downloaded
@@ -138,8 +140,6 @@ class Ember:
     @modal.enter(snap=False)
     def load(self) -> None:
         """After restore, with the GPU attached: load weights onto it and warm up."""
-        from ember.api.app import create_app
-
         self.engine_loop = EngineLoop()
         self.engines = self.engine_loop.run(build_engines(self.settings))
         self.http = create_app(self.settings, self.engines)

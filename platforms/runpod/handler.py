@@ -35,10 +35,15 @@ from typing import Any
 import runpod
 
 from ember.engine import EngineArray, SyncEngineArray
-from ember.errors import BadRequest, EmberError
-from ember.logs import configure_logging
-from ember.models.spec import ModelSpec
-from ember.platform import dispatch_invocation, dispatch_route, settings_from_env
+from ember.platform import (
+    BadRequest,
+    EmberError,
+    ModelSpec,
+    configure_logging,
+    dispatch_invocation,
+    dispatch_route,
+    settings_from_env,
+)
 
 log = logging.getLogger("ember.runpod")
 

@@ -10,16 +10,17 @@ This file stays thin: it decides which model to serve, builds the core's app
 (``ember.platform.create_app``: every Ember route, error handling, payload limits,
 background loading) and adds the two SageMaker routes on top of it:
 
-* ``/ping`` answers exactly what the core's ``/ready`` answers: 200 once every model is
-  loaded and warmed, 503 before (so no traffic reaches a cold container).
+* ``/ping`` answers exactly what the core's ``/ready`` answers (``EmberApp.readiness``):
+  200 once every model is loaded and warmed, 503 before (so no traffic reaches a cold
+  container). It is declared an open path, as ``/ready`` is.
 * ``/invocations`` takes ``application/json`` only (415 otherwise) and hands the body to
   ``ember.platform.dispatch_invocation``, which picks OpenAI embeddings, Cohere/TEI rerank,
   TEI embed or classify by the body's fields and returns the HTTP route's exact body.
 
 Model choice, first match wins: ``EMBER_MODEL_ID`` (explicit), a model in /opt/ml/model
-(a Hugging Face model directory, or an ``ember export --backend neuron`` artifact, which
-also selects the neuron backend), ``HF_MODEL_ID`` (+ ``HF_MODEL_REVISION``; the Hugging Face
-DLC convention, downloaded at start), else the image's packaged default model.
+(a Hugging Face model directory, or an ``ember export`` directory, which also selects the
+backend that wrote it), ``HF_MODEL_ID`` (+ ``HF_MODEL_REVISION``; the Hugging Face DLC
+convention, downloaded at start), else the image's packaged default model.
 """
 
 from __future__ import annotations
@@ -33,23 +34,29 @@ from typing import Any
 
 import orjson
 import uvicorn
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ember.api.app import create_app
-from ember.config import ServerSettings
-from ember.engine.array import EngineArray
-from ember.errors import BadRequest, EmberError
-from ember.logs import configure_logging
-from ember.platform import dispatch_invocation, settings_from_env
+from ember.engine import EngineArray
+from ember.platform import (
+    BadRequest,
+    EmberApp,
+    EmberError,
+    ServerSettings,
+    configure_logging,
+    create_app,
+    dispatch_invocation,
+    exported_backend,
+    settings_from_env,
+)
 
 log = logging.getLogger("ember.sagemaker")
 
 SAGEMAKER_MODEL_DIR = Path("/opt/ml/model")
 # Tests (and local `docker run -v`) point this elsewhere; SageMaker always uses /opt/ml/model.
 MODEL_DIR_ENV = "EMBER_SAGEMAKER_MODEL_DIR"
-NEURON_MANIFEST = "ember_neuron.json"  # written by `ember export --backend neuron`
 DEFAULT_PORT = 8080
+PING = "/ping"
 
 
 def find_model_dir(root: Path) -> Path | None:
@@ -62,7 +69,7 @@ def find_model_dir(root: Path) -> Path | None:
         return None
 
     def is_model(path: Path) -> bool:
-        return (path / "config.json").is_file() or (path / NEURON_MANIFEST).is_file()
+        return (path / "config.json").is_file() or exported_backend(path) is not None
 
     if is_model(root):
         return root
@@ -79,8 +86,9 @@ def model_overrides(env: Mapping[str, str]) -> dict[str, Any]:
     model_dir = find_model_dir(Path(env.get(MODEL_DIR_ENV, str(SAGEMAKER_MODEL_DIR))))
     if model_dir is not None:
         overrides: dict[str, Any] = {"model_id": str(model_dir)}
-        if (model_dir / NEURON_MANIFEST).is_file() and not env.get("EMBER_BACKEND"):
-            overrides["backend"] = "neuron"
+        backend = exported_backend(model_dir)
+        if backend is not None and not env.get("EMBER_BACKEND"):
+            overrides["backend"] = backend
         return overrides
     if env.get("HF_MODEL_ID", "").strip():
         return {"model_id": env["HF_MODEL_ID"].strip(), "revision": env.get("HF_MODEL_REVISION")}
@@ -105,16 +113,15 @@ def _is_json(content_type: str | None) -> bool:
     return media == "application/json"
 
 
-def sagemaker_router(app: FastAPI) -> APIRouter:
+def sagemaker_router(app: EmberApp) -> APIRouter:
     """``/ping`` and ``/invocations`` over the core app's engines and readiness."""
     engines: EngineArray = app.state.engines
     settings: ServerSettings = app.state.settings
-    ready = next(r.endpoint for r in app.routes if getattr(r, "path", None) == "/ready")
     router = APIRouter(tags=["SageMaker"])
 
-    @router.get("/ping", summary="SageMaker health check: 200 once models are warm")
-    async def ping(request: Request) -> Response:
-        return await ready(request)
+    @router.get(PING, summary="SageMaker health check: 200 once models are warm")
+    async def ping() -> Response:
+        return app.readiness()
 
     @router.post("/invocations", summary="SageMaker InvokeEndpoint: dispatch by body shape")
     async def invocations(request: Request) -> Response:
@@ -138,7 +145,7 @@ def sagemaker_router(app: FastAPI) -> APIRouter:
     return router
 
 
-def build_app(settings: ServerSettings) -> FastAPI:
+def build_app(settings: ServerSettings) -> EmberApp:
     """The core app with SageMaker's routes added; loading fails the process (see main)."""
 
     def on_load_failure(exc: BaseException) -> None:
@@ -148,7 +155,7 @@ def build_app(settings: ServerSettings) -> FastAPI:
         log.critical("model loading failed, exiting: %s", exc)
         os._exit(1)
 
-    app = create_app(settings, on_load_failure=on_load_failure)
+    app = create_app(settings, on_load_failure=on_load_failure, open_paths=(PING,))
     app.include_router(sagemaker_router(app))
     return app
 

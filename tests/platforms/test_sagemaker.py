@@ -194,7 +194,9 @@ def test_bad_bodies_get_openai_errors(
 
 
 def test_model_choice_order(tmp_path: Path) -> None:
-    """EMBER_MODEL_ID > /opt/ml/model (flat or one folder down; Neuron artifact) > HF_MODEL_ID."""
+    """EMBER_MODEL_ID > /opt/ml/model (flat or one folder down; an export) > HF_MODEL_ID."""
+    from ember.backends import artifacts
+
     flat = tmp_path / "flat"
     flat.mkdir()
     (flat / "config.json").write_text("{}")
@@ -203,7 +205,7 @@ def test_model_choice_order(tmp_path: Path) -> None:
     (nested / "my-model" / "config.json").write_text("{}")
     neuron = tmp_path / "neuron"
     neuron.mkdir()
-    (neuron / "ember_neuron.json").write_text("{}")
+    artifacts.write_manifest(neuron, {"backend": "neuron"})  # as `ember export` writes it
     empty = tmp_path / "empty"
     empty.mkdir()
     dir_env = serve.MODEL_DIR_ENV
@@ -221,6 +223,18 @@ def test_model_choice_order(tmp_path: Path) -> None:
     hf = {dir_env: str(empty), "HF_MODEL_ID": "BAAI/bge-small-en-v1.5", "HF_MODEL_REVISION": "v2"}
     assert serve.model_overrides(hf) == {"model_id": "BAAI/bge-small-en-v1.5", "revision": "v2"}
     assert serve.model_overrides({dir_env: str(tmp_path / "missing")}) == {}
+
+
+async def test_ping_needs_no_key_as_the_adapter_declares_it(minilm_path: Path) -> None:
+    """SageMaker's probe carries no Authorization header: /ping is one of the app's open
+    paths (declared by the adapter, not the core), the model routes keep the key."""
+    settings = serve.load_settings({"EMBER_MODEL_ID": str(minilm_path)})
+    app = serve.build_app(settings.model_copy(update={"api_key": "secret"}))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://sm") as client:
+        assert (await client.get("/ping")).status_code == 503  # answered: loading
+        resp = await client.post("/v1/embeddings", json={"input": "x"})
+        assert resp.status_code == 401
 
 
 async def test_ping_is_503_until_models_are_loaded(minilm_path: Path) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,7 +25,7 @@ from ember.api import operations as ops
 from ember.api import schemas as s
 from ember.api.errors import error_response, install_error_handlers
 from ember.api.fastpath import ModelRouteFastPath
-from ember.api.middleware import ASGIApp, EdgeMiddleware, Receive, Scope, Send
+from ember.api.middleware import OPEN_PATHS, ASGIApp, EdgeMiddleware, Receive, Scope, Send
 from ember.config import DEFAULT_MODEL_NAME, ServerSettings, settings_from_env
 from ember.engine.array import EngineArray
 from ember.errors import EmberError, error_body
@@ -212,6 +212,22 @@ class EmberApp(FastAPI):
         """FastAPI's own handling: middleware, routing, validation, error handlers."""
         await super().__call__(scope, receive, send)
 
+    def readiness(self) -> Response:
+        """What ``/ready`` answers: 200 once every model is loaded and warmed, else 503
+        naming what still loads or why loading failed. A platform's own probe (SageMaker's
+        ``/ping``) answers this too."""
+        if self.state.load_error is not None:
+            return _load_failed(self.state.load_error)
+        engines: EngineArray = self.state.engines
+        if not engines.ready:
+            loading = [
+                e.name or e.spec.model_id or DEFAULT_MODEL_NAME for e in engines if not e.ready
+            ]
+            return error_response(
+                503, error_body(f"loading: {', '.join(loading)}", "service_unavailable", 503)
+            )
+        return _json({"status": "ready", "models": engines.names})
+
 
 def _json(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
@@ -222,9 +238,14 @@ def create_app(
     engines: EngineArray | None = None,
     *,
     on_load_failure: Callable[[BaseException], None] | None = None,
+    open_paths: Iterable[str] = (),
 ) -> EmberApp:
     """Build the HTTP app. Models load in the background so /health answers at once;
-    /ready turns 200 once every model is loaded and warmed."""
+    /ready turns 200 once every model is loaded and warmed.
+
+    ``open_paths``: paths an adapter adds (a platform's health probe) that, like
+    /health and /ready, answer without the API key.
+    """
     settings = settings or settings_from_env()
     engines = engines or EngineArray(settings.model_specs())
 
@@ -283,23 +304,14 @@ def create_app(
         return _json(ops.tei_info(engines, ember.__version__, settings.max_client_batch_size))
 
     @app.get("/health", tags=["Operations"], summary="Alive (200) unless loading failed")
-    async def health(request: Request) -> Response:
-        if request.app.state.load_error is not None:
-            return _load_failed(request)
+    async def health() -> Response:
+        if app.state.load_error is not None:
+            return _load_failed(app.state.load_error)
         return _json({"status": "ok"})
 
     @app.get("/ready", tags=["Operations"], summary="200 once every model is loaded and warm")
-    async def ready(request: Request) -> Response:
-        if request.app.state.load_error is not None:
-            return _load_failed(request)
-        if not engines.ready:
-            loading = [
-                e.name or e.spec.model_id or DEFAULT_MODEL_NAME for e in engines if not e.ready
-            ]
-            return error_response(
-                503, error_body(f"loading: {', '.join(loading)}", "service_unavailable", 503)
-            )
-        return _json({"status": "ready", "models": engines.names})
+    async def ready() -> Response:
+        return app.readiness()
 
     @app.get("/metrics", tags=["Operations"], summary="Prometheus metrics")
     async def metrics() -> Response:
@@ -325,11 +337,11 @@ def create_app(
         payload_limit=settings.payload_limit,
         metrics=engines.metrics,
         known_paths=known_paths,
+        open_paths=OPEN_PATHS | frozenset(open_paths),
     )
     return app
 
 
-def _load_failed(request: Request) -> Response:
-    exc = request.app.state.load_error
+def _load_failed(exc: BaseException) -> Response:
     message = exc.message if isinstance(exc, EmberError) else f"{type(exc).__name__}: {exc}"
     return error_response(503, error_body(f"model loading failed: {message}", "server_error", 503))

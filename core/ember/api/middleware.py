@@ -19,12 +19,12 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# SageMaker's /ping is a health probe too (its adapter mounts it on this app).
+# Paths the API key does not guard: probes, metrics and the docs. An adapter that adds
+# a probe of its own declares it (``create_app(open_paths=...)``).
 OPEN_PATHS = frozenset(
     {
         "/health",
         "/ready",
-        "/ping",
         "/metrics",
         "/docs",
         "/redoc",
@@ -84,9 +84,11 @@ class EdgeMiddleware:
         payload_limit: int,
         metrics: Metrics,
         known_paths: Callable[[], set[str]],
+        open_paths: frozenset[str] = OPEN_PATHS,
     ) -> None:
         self.app = app
         self.api_key = api_key.encode() if api_key else None
+        self.open_paths = open_paths
         self.payload_limit = payload_limit
         self.metrics = metrics
         self.known_paths = known_paths
@@ -115,7 +117,7 @@ class EdgeMiddleware:
             self.metrics.requests.labels(route, str(status_seen["status"])).inc()
 
     def _check_key(self, scope: Scope, path: str) -> None:
-        if self.api_key is None or path in OPEN_PATHS:
+        if self.api_key is None or path in self.open_paths:
             return
         header = b""
         for name, value in scope.get("headers", ()):

@@ -75,15 +75,20 @@ def exported_backend(path: Path) -> str | None:
     return None
 
 
-def choose_backend(model: ResolvedModel) -> Choice:
-    """What serves ``model``, whose spec asks for ``auto``, and the reason in words."""
+def choose_backend(model: ResolvedModel, accelerator: str | None = None) -> Choice:
+    """What serves ``model``, whose spec asks for ``auto``, and the reason in words.
+
+    ``accelerator`` names the device the model will be served on where it is not visible
+    yet (a platform snapshotting memory before its GPU is attached); None looks at this
+    machine.
+    """
     spec = model.spec
     if exported := exported_backend(model.path):
         reason = f"the directory is an `ember export --backend {exported}` artifact"
         return Choice(exported, reason, exported=True)
     if spec.device not in ("auto", "cpu"):
         return Choice("torch", f"--device {spec.device}")
-    if spec.device == "auto" and (accelerator := accelerator_visible()):
+    if spec.device == "auto" and (accelerator := accelerator or accelerator_visible()):
         return Choice("torch", f"a {accelerator} device is visible")
     if spec.dtype not in CPU_ONNX_DTYPES:
         return Choice("torch", f"--dtype {spec.dtype} has no ONNX Runtime CPU path")
