@@ -40,6 +40,9 @@ class ModelKind:
     classifies: bool = False
     task: str = "embed"  # the coarse task of --task and /info (embed, rerank, classify)
     processor: str = "text"  # ember.processors.build_processor
+    # Whether `ember export` can write it: an export holds the network and the files of a
+    # dense, rerank or classify model, not the heads (projections, MLM head) beside it.
+    exportable: bool = True
 
     @property
     def embedding(self) -> Output | None:
@@ -115,12 +118,21 @@ KINDS: dict[str, ModelKind] = {
         # A sentence-transformers (or plain) encoder with a pooling config.
         ModelKind("dense", "encoder", ("dense",)),
         # A PyLate ColBERT: token states -> Dense projection -> normalised vectors.
-        ModelKind("colbert", "encoder", ("multi",), scoring="maxsim", processor="colbert-text"),
+        ModelKind(
+            "colbert",
+            "encoder",
+            ("multi",),
+            scoring="maxsim",
+            processor="colbert-text",
+            exportable=False,
+        ),
         # A SPLADE SparseEncoder: token states -> MLM head -> log(1 + relu) -> max.
-        ModelKind("splade", "encoder", ("sparse",)),
+        ModelKind("splade", "encoder", ("sparse",), exportable=False),
         # BGE-M3: dense (CLS), sparse (sparse_linear) and ColBERT (colbert_linear) heads
         # over one forward; it reranks by MaxSim on its ColBERT vectors.
-        ModelKind("bge-m3", "encoder", ("dense", "sparse", "multi"), scoring="maxsim"),
+        ModelKind(
+            "bge-m3", "encoder", ("dense", "sparse", "multi"), scoring="maxsim", exportable=False
+        ),
         ModelKind(
             "cross-encoder", "sequence-classifier", ("logits",), "cross-encoder", task="rerank"
         ),

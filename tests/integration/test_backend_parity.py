@@ -24,7 +24,7 @@ CASES = [
     ("torch", "float32", 0.9999, 0.9999, 1e-4, None, 1e-4),
     ("onnx", "float32", 0.9999, 0.9999, 1e-4, None, 1e-4),
     ("ct2", "float32", 0.9999, 0.9999, 1e-4, None, 1e-4),
-    # ORT dynamic int8 on attention-out/FFN-out MatMuls only (see onnx_backend).
+    # ORT dynamic int8 on attention-out/FFN-out MatMuls only (see onnx_int8).
     ("onnx", "int8", 0.99, 0.995, None, 0.98, 0.05),
     # CTranslate2 int8_float32 quantises every linear layer; the worst texts are
     # near-empty ones (whitespace only -> [CLS][SEP]).

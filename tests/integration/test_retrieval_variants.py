@@ -62,3 +62,16 @@ def test_bge_m3_in_safetensors(tmp_path: Path) -> None:
         multi = ember._call(engine.embed(TEXTS, output="multi")).outputs
     for g, w in zip(multi, want["colbert_vecs"], strict=True):
         close(g, w)
+
+
+def test_export_refuses_a_model_whose_heads_live_beside_the_network(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ember.cli import main
+
+    path = rm.build_tiny_bge_m3(tmp_path / "bge")
+    out = str(tmp_path / "out")
+    code = main(["export", "--model-id", str(path), "--backend", "onnx", "--output", out])
+    assert code == 2
+    assert "bge-m3 model" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
