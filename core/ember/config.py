@@ -17,7 +17,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ember.backends.registry import BACKEND_NAMES
 from ember.errors import ConfigError
-from ember.models.spec import POOLINGS, TASKS, ModelSpec
+from ember.models.spec import (
+    MAX_BATCH_SIZE,
+    MAX_BATCH_TOKENS,
+    MAX_QUEUE_SIZE,
+    POOLINGS,
+    REQUEST_TIMEOUT,
+    TASKS,
+    ModelSpec,
+)
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 BACKENDS = ("auto", *BACKEND_NAMES)
@@ -73,13 +81,18 @@ class ServerSettings(BaseSettings):
     pooling: str | None = _per_model("auto|cls|mean|last|max; auto reads 1_Pooling.", "auto")
     revision: str | None = _per_model("Hub revision (branch, tag or commit).")
     max_batch_tokens: str | None = _per_model(
-        "A batch closes before its padded cost (longest x count) passes this.", "8192"
+        "A batch closes before its padded cost (longest x count) passes this.",
+        str(MAX_BATCH_TOKENS),
     )
-    max_batch_size: str | None = _per_model("A batch closes at this many texts.", "32")
+    max_batch_size: str | None = _per_model(
+        "A batch closes at this many texts.", str(MAX_BATCH_SIZE)
+    )
     max_queue_size: str | None = _per_model(
-        "Texts waiting per model; past it requests get 429 at once.", "4096"
+        "Texts waiting per model; past it requests get 429 at once.", str(MAX_QUEUE_SIZE)
     )
-    request_timeout: float = Field(60.0, description="Seconds a request may wait; then 504.")
+    request_timeout: float = Field(
+        REQUEST_TIMEOUT, description="Seconds a request may wait; then 504."
+    )
     forward_workers: int = Field(
         0,
         description="Forward passes run at once per model on CPU (0 = auto: one per core up "

@@ -15,6 +15,13 @@ TASKS: tuple[Task, ...] = ("embed", "rerank", "classify")
 POOLINGS: tuple[Pooling, ...] = ("cls", "mean", "last", "max")
 
 
+# Batching and queue defaults: the settings (ember.config) and ModelSpec both read these.
+MAX_BATCH_TOKENS = 8192
+MAX_BATCH_SIZE = 32
+MAX_QUEUE_SIZE = 4096
+REQUEST_TIMEOUT = 60.0
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """One served model as configured (CLI flags / EMBER_* env / Python kwargs)."""
@@ -27,10 +34,10 @@ class ModelSpec:
     dtype: str = "auto"
     pooling: Pooling | None = None  # None: from 1_Pooling/config.json
     revision: str | None = None
-    max_batch_tokens: int = 8192
-    max_batch_size: int = 32
-    max_queue_size: int = 4096
-    request_timeout: float = 60.0
+    max_batch_tokens: int = MAX_BATCH_TOKENS
+    max_batch_size: int = MAX_BATCH_SIZE
+    max_queue_size: int = MAX_QUEUE_SIZE
+    request_timeout: float = REQUEST_TIMEOUT
     forward_workers: int = 0  # 0: auto (see ember.config.cpu_forward_plan)
     torch_compile: bool = False  # torch backend: torch.compile while loading
     trust_remote_code: bool = False
