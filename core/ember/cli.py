@@ -123,8 +123,28 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     return settings_from_env(**values)
 
 
+def _server_class() -> type:
+    import signal
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn re-raises a SIGTERM it handled once it has shut down gracefully, so the
+        process ends killed by it (exit 143); an orderly stop on SIGTERM exits 0 here."""
+
+        def handle_exit(self, sig: int, frame: object) -> None:
+            super().handle_exit(sig, frame)  # type: ignore[arg-type]
+            captured = getattr(self, "_captured_signals", None)
+            if sig == signal.SIGTERM and isinstance(captured, list) and sig in captured:
+                captured.remove(sig)
+
+    return Server
+
+
 def serve(settings: ServerSettings) -> int:
     import uvicorn
+
+    _Server = _server_class()
 
     from ember.api.app import create_app
     from ember.logs import configure_logging
@@ -139,7 +159,7 @@ def serve(settings: ServerSettings) -> int:
         access_log=settings.log_level == "debug",  # per-request lines cost throughput
         timeout_graceful_shutdown=10,
     )
-    server = uvicorn.Server(config)
+    server = _Server(config)
 
     def stop(exc: BaseException) -> None:
         failed.append(exc)

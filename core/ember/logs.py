@@ -39,3 +39,25 @@ def configure_logging(level: str = "info", json_logs: bool = False) -> None:
         logger.propagate = True
     # Per-request access lines cost throughput; they appear with --log-level debug.
     logging.getLogger("uvicorn.access").setLevel("DEBUG" if level == "debug" else "WARNING")
+
+
+class RateLimitedLog:
+    """At most one line per ``interval`` seconds for a kind of event: the first is logged,
+    later ones within the interval are counted and their number joins the next line."""
+
+    def __init__(self, logger: logging.Logger, interval: float = 5.0) -> None:
+        self.logger = logger
+        self.interval = interval
+        self._last = float("-inf")
+        self._folded = 0
+
+    def warning(self, message: str) -> bool:
+        """Log ``message`` unless one went out within the interval; True when it did."""
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            self._folded += 1
+            return False
+        folded, self._folded, self._last = self._folded, 0, now
+        suffix = f" (+{folded} more like it in the last {self.interval:g}s)" if folded else ""
+        self.logger.warning("%s%s", message, suffix)
+        return True

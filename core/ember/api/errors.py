@@ -11,8 +11,13 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from ember.errors import EmberError, error_body
+from ember.logs import RateLimitedLog
 
 log = logging.getLogger(__name__)
+# Timeouts (504) and disconnects (499) come in floods under overload: one WARNING line
+# per kind every few seconds, with the count of those folded into it.
+expected = RateLimitedLog(log, interval=5.0)
+_disconnects = RateLimitedLog(log, interval=5.0)
 
 _HTTP_TYPES = {
     401: "authentication_error",
@@ -29,9 +34,18 @@ def error_response(status: int, body: dict, headers: dict[str, str] | None = Non
     )
 
 
+# Headers a status carries by its RFC: when to retry, how to authenticate.
+_STATUS_HEADERS = {429: {"Retry-After": "1"}, 401: {"WWW-Authenticate": "Bearer"}}
+
+
+def client_gone_response() -> Response:
+    """499 for a client that left before its answer (its queued inputs are dropped)."""
+    _disconnects.warning("client disconnected before its answer (499)")
+    return error_response(499, error_body("client disconnected", "client_closed", 499))
+
+
 def ember_error_response(exc: EmberError) -> Response:
-    headers = {"Retry-After": "1"} if exc.status_code == 429 else None
-    return error_response(exc.status_code, exc.to_body(), headers)
+    return error_response(exc.status_code, exc.to_body(), _STATUS_HEADERS.get(exc.status_code))
 
 
 def validation_message(errors: list[dict]) -> tuple[int, str, str | None]:
@@ -57,7 +71,9 @@ def exception_response(exc: Exception) -> Response:
     """Any exception as an OpenAI-shaped error response: FastAPI's handlers and the model
     routes' fast path both answer through here."""
     if isinstance(exc, EmberError):
-        if exc.status_code >= 500:
+        if exc.status_code == 504:  # the client's deadline under load, not a server fault
+            expected.warning(f"{type(exc).__name__}: {exc.message}")
+        elif exc.status_code >= 500:
             log.error("%s: %s", type(exc).__name__, exc.message)
         return ember_error_response(exc)
     if isinstance(exc, RequestValidationError):

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import State
 
-from ember.api.errors import error_response, exception_response
+from ember.api.errors import client_gone_response, exception_response
 from ember.api.middleware import (
     ASGIApp,
     Receive,
@@ -28,7 +28,6 @@ from ember.api.middleware import (
     replay_receive,
     route_path,
 )
-from ember.errors import error_body
 
 # (state, receive, operation, parsed body) -> response; ember.api.app.run_operation.
 Runner = Callable[[State, Receive, Any, Any], Awaitable[Any]]
@@ -74,7 +73,7 @@ class ModelRouteFastPath:
             return
         messages, body = await read_body(receive)
         if messages[-1]["type"] != "http.request":  # the client left before its body ended
-            response = error_response(499, error_body("client disconnected", "client_closed", 499))
+            response = client_gone_response()
             await response(scope, receive, send)  # dropped by the server; counted as 499
             return
         try:

@@ -44,6 +44,16 @@ def cache_root(model: ResolvedModel) -> Path:
     return default_cache_dir()
 
 
+def shown_path(path: Path, model: ResolvedModel) -> str:
+    """An artifact's path as /v1/models shows it: relative to the cache root, so the
+    answer names no directory of the host (a path outside the cache shows its last two
+    parts)."""
+    try:
+        return str(Path(path).resolve().relative_to(cache_root(model).resolve()))
+    except ValueError:
+        return str(Path(*Path(path).parts[-2:]))
+
+
 def package_versions(names: Iterable[str]) -> dict[str, str]:
     """Installed versions of the converters: a new exporter may produce a different graph."""
     out = {}

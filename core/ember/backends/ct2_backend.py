@@ -329,7 +329,7 @@ class Ct2Backend(BackendDefaults):
             device=plan.device,
             dtype=plan.compute_type,
             details={
-                "artifact": str(path),
+                "artifact": artifacts.shown_path(path, model),
                 "ctranslate2": ct2.__version__,
                 "threads": f"{self.parallel_forwards}x{threads}",
             },

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ember.backends import artifacts
 from ember.backends.base import (
     LOGITS,
     TOKEN_STATES,
@@ -73,7 +74,7 @@ class OnnxBackend(BackendDefaults):
             dtype=plan.dtype,
             details={
                 "providers": ",".join(self.session.get_providers()),
-                "artifact": str(path),
+                "artifact": artifacts.shown_path(path, model),
                 "threads": f"{self.parallel_forwards}x{opts.intra_op_num_threads}",
             },
         )

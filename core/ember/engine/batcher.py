@@ -154,6 +154,7 @@ class Batcher:
         self._ran_since_trim = False
         self._pending: list[WorkItem] = []
         self._in_flight = 0
+        self._reserved = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
@@ -167,7 +168,33 @@ class Batcher:
 
     @property
     def depth(self) -> int:
-        return len(self._pending) + self._in_flight
+        """Inputs admitted and not yet answered: reserved, queued, in a forward pass."""
+        return self._reserved + len(self._pending) + self._in_flight
+
+    def admit(self, count: int) -> None:
+        """Reserve room for ``count`` inputs as a request arrives, before any of its work
+        (tokenisation) is done: a full queue refuses it at once (429), not after."""
+        if self.depth + count > self.max_queue_size:
+            self.metrics.rejected.labels(self.name).inc()
+            raise Overloaded(
+                f"model {self.name!r} has {self.depth} inputs queued (limit "
+                f"{self.max_queue_size}); retry later",
+            )
+        self._reserved += count
+        self.metrics.queue_depth.labels(self.name).set(self.depth)
+
+    def release(self, count: int) -> None:
+        """Give back a reservation whose inputs will not be submitted."""
+        self._reserved = max(0, self._reserved - count)
+        self.metrics.queue_depth.labels(self.name).set(self.depth)
+
+    def forget_done(self) -> None:
+        """Drop queued items whose request is gone (cancelled, timed out), so the depth
+        and its gauge say what is really waiting."""
+        live = [it for it in self._pending if not it.future.done()]
+        if len(live) != len(self._pending):
+            self._pending = live
+            self.metrics.queue_depth.labels(self.name).set(self.depth)
 
     def start(self) -> None:
         if self._task is None:
@@ -191,7 +218,11 @@ class Batcher:
         self._pending.clear()
         self._executor.shutdown(wait=True, cancel_futures=True)
 
-    def submit(self, work: Sequence[Schedulable]) -> list[asyncio.Future[RowResult]]:
+    def submit(
+        self, work: Sequence[Schedulable], *, reserved: int = 0
+    ) -> list[asyncio.Future[RowResult]]:
+        """Queue ``work``; ``reserved`` is what ``admit`` set aside for it."""
+        self._reserved = max(0, self._reserved - reserved)
         if self.depth + len(work) > self.max_queue_size:
             self.metrics.rejected.labels(self.name).inc()
             raise Overloaded(

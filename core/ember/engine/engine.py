@@ -263,7 +263,7 @@ class Engine:
             job = lambda: processor.encode(  # noqa: E731
                 texts, truncate=truncate, direction=truncation_direction, query=query
             )
-        rows, result = await self._run(job, sum(map(len, items)), output)
+        rows, result = await self._run(job, sum(map(len, items)), output, len(items))
         if output == "dense":
             result.outputs = postprocess.embedding_output(
                 np.stack(rows),
@@ -295,7 +295,8 @@ class Engine:
                     processor.encode(docs, truncate=truncate)
                 )
 
-            rows, result = await self._run(encode, len(query) + sum(map(len, docs)), "multi")
+            size = len(query) + sum(map(len, docs))
+            rows, result = await self._run(encode, size, "multi", 1 + len(docs))
             result.outputs = np.array([maxsim(rows[0], d) for d in rows[1:]], dtype=np.float64)
             return result
         pairs = [(query, doc) for doc in documents]
@@ -303,6 +304,7 @@ class Engine:
             lambda: processor.encode_pairs(pairs, truncate=truncate),
             len(query) * len(pairs) + sum(map(len, documents)),
             "logits",
+            len(pairs),
         )
         result.outputs = postprocess.rerank_scores(np.stack(rows), raw=raw_scores)
         return result
@@ -318,6 +320,7 @@ class Engine:
             lambda: processor.encode(list(texts), truncate=truncate),
             sum(map(len, texts)),
             "logits",
+            len(texts),
         )
         return postprocess.label_scores(np.stack(rows), model.id2label, raw=raw_scores), result
 
@@ -348,28 +351,43 @@ class Engine:
         return [prefix + t for t in texts] if prefix else texts
 
     async def _run(
-        self, tokenize: Callable[[], list[Tokens]], size: int, output: Output
+        self, tokenize: Callable[[], list[Tokens]], size: int, output: Output, count: int
     ) -> tuple[list[Any], Result]:
-        """Tokenize (inline when ``size`` is small, else on a thread), queue, await rows."""
+        """Admit ``count`` inputs, tokenize (inline when ``size`` is small, else on a thread),
+        queue, await rows. The deadline runs from here, the request's arrival, and a full
+        queue refuses before any tokenisation."""
         assert self.batcher is not None and self.model is not None
         t0 = time.perf_counter()
-        if size <= INLINE_TOKENIZE_CHARS:
-            tokens = tokenize()
-        else:
-            loop = asyncio.get_running_loop()
-            tokens = await loop.run_in_executor(self._tokenize_pool, tokenize)
-        timings = Timings(tokenize=time.perf_counter() - t0)
-        futures = self.batcher.submit([Piece(t, output) for t in tokens])
+        deadline = t0 + self.spec.request_timeout
+        self.batcher.admit(count)
+        submitted = False
+        futures: list[asyncio.Future] = []
         try:
-            rows = await asyncio.wait_for(asyncio.gather(*futures), self.spec.request_timeout)
-        except asyncio.TimeoutError:
-            raise RequestTimeout(
-                f"request waited more than {self.spec.request_timeout:g}s for model "
-                f"{self.name!r}; the server is saturated"
-            ) from None
-        finally:
-            for fut in futures:  # on cancel/timeout: drop what has not run yet
-                fut.cancel()
+            if size <= INLINE_TOKENIZE_CHARS:
+                tokens = tokenize()
+            else:
+                loop = asyncio.get_running_loop()
+                tokens = await loop.run_in_executor(self._tokenize_pool, tokenize)
+            timings = Timings(tokenize=time.perf_counter() - t0)
+            if time.perf_counter() >= deadline:
+                raise asyncio.TimeoutError
+            futures = self.batcher.submit([Piece(t, output) for t in tokens], reserved=count)
+            submitted = True
+            remaining = max(0.0, deadline - time.perf_counter())
+            rows = await asyncio.wait_for(asyncio.gather(*futures), remaining)
+        except BaseException as exc:
+            if not submitted:
+                self.batcher.release(count)
+            elif any(not f.done() or f.cancelled() for f in futures):  # cancelled, timed out
+                for fut in futures:  # drop what has not run yet
+                    fut.cancel()
+                self.batcher.forget_done()
+            if isinstance(exc, asyncio.TimeoutError):
+                raise RequestTimeout(
+                    f"request waited more than {self.spec.request_timeout:g}s for model "
+                    f"{self.name!r}; the server is saturated"
+                ) from None
+            raise
         timings.queue = max(r.queue_s for r in rows)
         timings.forward = max(r.forward_s for r in rows)
         name = self.model.served_name

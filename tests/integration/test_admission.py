@@ -1,0 +1,136 @@
+"""Admission at arrival and honest operations: a full queue refuses before any
+tokenisation, the deadline runs from arrival, the queue-depth gauge follows cancellations,
+401 says how to authenticate, a SIGTERM stop exits 0, /v1/models names no host path."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ember.errors import Overloaded, RequestTimeout
+from ember.logs import RateLimitedLog
+from tests.integration.test_robustness import _engines
+from tests.support import spawn, stop_process, wait_ready
+
+GAUGE = "ember_queue_depth"
+
+
+def _gauge(engines) -> float:  # type: ignore[no-untyped-def]
+    from prometheus_client import generate_latest
+
+    for line in generate_latest(engines.metrics.registry).decode().splitlines():
+        if line.startswith(GAUGE + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {GAUGE} in the metrics")
+
+
+async def test_a_full_queue_refuses_before_tokenising(minilm_path: Path) -> None:
+    engines, _ = _engines(minilm_path, delay=0.5, max_queue_size="4", max_batch_size="1")
+    await engines.start()
+    engine = engines.get(None)
+    encoded: list[int] = []
+    real_encode = engine.processor.encode
+
+    def counting_encode(texts, **options):  # type: ignore[no-untyped-def]
+        encoded.append(len(texts))
+        return real_encode(texts, **options)
+
+    engine.processor.encode = counting_encode  # type: ignore[method-assign]
+    try:
+        busy = [asyncio.create_task(engine.embed(["one", "two"])) for _ in range(2)]
+        await asyncio.sleep(0.05)  # both admitted: the queue holds 4 inputs
+        started = time.perf_counter()
+        with pytest.raises(Overloaded):
+            await engine.embed(["three", "four"])
+        assert time.perf_counter() - started < 0.05  # refused at once
+        assert encoded == [2, 2]  # the refused request was never tokenised
+        await asyncio.gather(*busy)
+        assert (await engine.embed(["after"])).outputs.shape == (1, 384)
+    finally:
+        await engines.stop()
+
+
+async def test_the_deadline_runs_from_arrival(minilm_path: Path) -> None:
+    engines, _ = _engines(minilm_path, delay=0.0)
+    await engines.start()
+    engine = engines.get(None)
+    engine.spec = replace(engine.spec, request_timeout=0.3)
+    real_encode = engine.processor.encode
+
+    def slow_encode(texts, **options):  # type: ignore[no-untyped-def]
+        time.sleep(0.4)  # tokenising alone outlasts the deadline
+        return real_encode(texts, **options)
+
+    engine.processor.encode = slow_encode  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RequestTimeout):
+            await engine.embed(["x" * 3000])  # large: tokenised on the pool
+        assert _gauge(engines) == 0  # expired before queueing: never submitted
+    finally:
+        await engines.stop()
+
+
+async def test_queue_gauge_follows_cancellations(minilm_path: Path) -> None:
+    engines, _ = _engines(minilm_path, delay=0.6, max_batch_size="1")
+    await engines.start()
+    engine = engines.get(None)
+    try:
+        first = asyncio.create_task(engine.embed(["occupies the forward"]))
+        await asyncio.sleep(0.1)
+        waiting = [asyncio.create_task(engine.embed([f"queued {i}"])) for i in range(5)]
+        await asyncio.sleep(0.05)
+        assert _gauge(engines) == 6
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        assert _gauge(engines) == 1  # only the one in the forward pass
+        await first
+        assert _gauge(engines) == 0
+    finally:
+        await engines.stop()
+
+
+def test_rate_limited_log_folds_a_flood(caplog: pytest.LogCaptureFixture) -> None:
+    log = RateLimitedLog(logging.getLogger("ember.test"), interval=60)
+    with caplog.at_level(logging.WARNING, logger="ember.test"):
+        sent = [log.warning("timed out") for _ in range(100)]
+    assert sent.count(True) == 1 and len(caplog.records) == 1
+    log._last -= 61  # the interval has passed
+    with caplog.at_level(logging.WARNING, logger="ember.test"):
+        log.warning("timed out")
+    assert "+99 more" in caplog.records[-1].getMessage()
+
+
+def test_serve_answers_401_with_www_authenticate_and_exits_0_on_sigterm(
+    minilm_path: Path, tmp_path: Path
+) -> None:
+    import sys
+
+    from tests.support import child_env, free_port
+
+    port = free_port()
+    log = tmp_path / "serve.log"
+    cmd = [sys.executable, "-m", "ember", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["--model-id", str(minilm_path), "--api-key", "k"]
+    process = spawn(cmd, child_env(), log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, process, log)
+        denied = httpx.post(url + "/v1/embeddings", json={"input": "x"}, timeout=30)
+        assert denied.status_code == 401
+        assert denied.headers["www-authenticate"] == "Bearer"
+        models = httpx.get(url + "/v1/models", headers={"Authorization": "Bearer k"}, timeout=30)
+        for model in models.json()["data"]:
+            for value in model["backend_details"].values():
+                assert not str(value).startswith("/"), value  # no host paths
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0, log.read_text()
+    finally:
+        stop_process(process)
