@@ -140,6 +140,9 @@ async def test_request_timeout_drops_queued_items(minilm_path: Path) -> None:
     await engines.start()
     for engine in engines:  # after warm-up, which itself waits longer than this
         engine.spec = replace(engine.spec, request_timeout=0.3)
+        # Admission believes the queue is fast (as after a slowdown it has not measured
+        # yet), so the request is queued and expires there.
+        engine.batcher.throughput.per_second = 1000.0
     engine = engines.get(None)
     marker = engine.processor.encode(["giraffe"])[0].ids[1]
     try:

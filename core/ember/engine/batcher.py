@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ember.backends.base import PaddingBudget
+from ember.engine.admission import Throughput, refusal
 from ember.engine.memory import IDLE_TRIM_SECONDS, release_freed_memory
 from ember.errors import BackendFailure, Overloaded
 from ember.metrics import Metrics
@@ -155,6 +156,7 @@ class Batcher:
         self._pending: list[WorkItem] = []
         self._in_flight = 0
         self._reserved = 0
+        self.throughput = Throughput()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
@@ -171,15 +173,20 @@ class Batcher:
         """Inputs admitted and not yet answered: reserved, queued, in a forward pass."""
         return self._reserved + len(self._pending) + self._in_flight
 
-    def admit(self, count: int) -> None:
+    def admit(self, count: int, budget_s: float | None = None) -> None:
         """Reserve room for ``count`` inputs as a request arrives, before any of its work
-        (tokenisation) is done: a full queue refuses it at once (429), not after."""
+        (tokenisation) is done: a full queue, or one that would take longer than the
+        request's ``budget_s`` at the measured throughput, refuses it at once (429)."""
         if self.depth + count > self.max_queue_size:
             self.metrics.rejected.labels(self.name).inc()
             raise Overloaded(
                 f"model {self.name!r} has {self.depth} inputs queued (limit "
                 f"{self.max_queue_size}); retry later",
             )
+        why = None if budget_s is None else refusal(self.depth, count, budget_s, self.throughput)
+        if why is not None:
+            self.metrics.rejected.labels(self.name).inc()
+            raise Overloaded(f"model {self.name!r}: {why}; retry later")
         self._reserved += count
         self.metrics.queue_depth.labels(self.name).set(self.depth)
 
@@ -304,6 +311,7 @@ class Batcher:
                     it.future.set_exception(error)
         else:
             forward_s = time.perf_counter() - started
+            self.throughput.observe(len(live), forward_s, self.workers)
             self.metrics.batch_size.labels(self.name).observe(len(live))
             self.metrics.batch_tokens.labels(self.name).observe(
                 len(live) * max(it.cost for it in work)

@@ -359,7 +359,7 @@ class Engine:
         assert self.batcher is not None and self.model is not None
         t0 = time.perf_counter()
         deadline = t0 + self.spec.request_timeout
-        self.batcher.admit(count)
+        self.batcher.admit(count, self.spec.request_timeout)
         submitted = False
         futures: list[asyncio.Future] = []
         try:
