@@ -25,6 +25,12 @@ BODIES: dict[str, dict[str, Any]] = {
     "/predict": {"model": "classifier", "inputs": "good"},
     "/embed": {"model": "minilm", "inputs": ["hi", "there"], "dimensions": 32},
     "/tokenize": {"model": "minilm", "inputs": "hello world"},
+    "/decode": {"model": "minilm", "ids": [[101, 7592, 102], [2088]], "skip_special_tokens": False},
+    "/similarity": {
+        "model": "minilm",
+        "inputs": {"source_sentence": "a cat", "sentences": ["a dog", "a mat"]},
+    },
+    "/": {"model": "classifier", "inputs": "good", "parameters": {"top_k": 1}},
     "/embed_sparse": {"model": "bge", "inputs": ["hi", "there"]},
     "/embed_all": {"model": "bge", "inputs": "hello world", "prompt_name": None},
     "/v1/embed": {"model": "minilm", "texts": ["a cat", "a dog on a mat"]},

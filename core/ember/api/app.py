@@ -20,7 +20,7 @@ from pydantic import Discriminator, Tag, TypeAdapter
 from starlette.datastructures import State
 
 import ember
-from ember.api import cohere
+from ember.api import cohere, tei
 from ember.api import operations as ops
 from ember.api import schemas as s
 from ember.api.errors import error_response, install_error_handlers
@@ -126,7 +126,24 @@ ROUTES = (
         "TEI",
     ),
     ModelRoute(
-        ("/tokenize",), s.TEITokenizeRequest, ops.tei_tokenize, "Tokenize (TEI-compatible)", "TEI"
+        ("/tokenize",), s.TEITokenizeRequest, tei.tokenize, "Tokenize (TEI-compatible)", "TEI"
+    ),
+    ModelRoute(
+        ("/decode",), tei.DecodeRequest, tei.decode, "Token ids to text (TEI-compatible)", "TEI"
+    ),
+    ModelRoute(
+        ("/similarity",),
+        tei.SimilarityRequest,
+        tei.similarity,
+        "Sentence similarity: cosine of a source sentence to others (TEI-compatible)",
+        "TEI",
+    ),
+    ModelRoute(
+        ("/",),
+        tei.RootRequest,
+        tei.root,
+        "By the body and the model's kind: embed, predict, rerank or similarity (TEI-compatible)",
+        "TEI",
     ),
 )
 

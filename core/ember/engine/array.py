@@ -74,6 +74,14 @@ class EngineArray:
                 return doing[0]
         return self.get(name)
 
+    def tokenizing(self, name: str | None) -> Engine:
+        """Like get(), but with no name and several models, the first served model that
+        tokenises (every loaded one does): ``/tokenize`` and ``/decode`` need no model."""
+        if not name and len(self.engines) > 1:
+            loaded = [e for e in self.engines if e.processor is not None]
+            return (loaded or self.engines)[0]  # none yet: its calls answer "still loading"
+        return self.get(name)
+
     def capabilities(self, name: str | None) -> set[Capability]:
         """What the named model can do; with no name, what any loaded model can do."""
         if name:

@@ -135,3 +135,6 @@ class ColbertTokenizer:
 
     def tokenize_detail(self, text: str, *, add_special_tokens: bool = True) -> list[dict]:
         return self._document.tokenize_detail(text, add_special_tokens=add_special_tokens)
+
+    def decode(self, ids: list[list[int]], *, skip_special_tokens: bool = True) -> list[str]:
+        return self._document.decode(ids, skip_special_tokens=skip_special_tokens)

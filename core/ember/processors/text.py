@@ -209,6 +209,18 @@ class TextTokenizer:
     def count(self, texts: list[str]) -> list[int]:
         return [len(e.ids) for e in self._exact.encode_batch(texts)]
 
+    def decode(self, ids: list[list[int]], *, skip_special_tokens: bool = True) -> list[str]:
+        """Token ids back to text (TEI's /decode), one string per id sequence."""
+        for seq in ids:
+            bad = [t for t in seq if not 0 <= t < self.vocab_size]
+            if bad:
+                raise BadRequest(
+                    f"token id {bad[0]} is outside this model's vocabulary "
+                    f"(0..{self.vocab_size - 1})",
+                    param="ids",
+                )
+        return self._exact.decode_batch(ids, skip_special_tokens=skip_special_tokens)
+
     def tokenize_detail(self, text: str, *, add_special_tokens: bool = True) -> list[dict]:
         """TEI's /tokenize shape: id, text, special, start, stop per token."""
         enc = self._truncating["right"].encode(text, add_special_tokens=add_special_tokens)

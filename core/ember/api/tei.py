@@ -1,0 +1,211 @@
+"""TEI's compatibility routes: ``POST /``, ``/similarity``, ``/decode``, and ``/tokenize``
+with no ``model``; enough for Hugging Face's ``InferenceClient`` pointed at the server.
+
+What TEI does (``router/src/http/server.rs``): ``/`` is bound at start-up to one handler by
+the served model's type: ``/predict`` for a classifier, ``/rerank`` for a reranker, and for
+an embedding model ``/embed`` (``/embed_sparse`` for SPLADE, ``/similarity`` when started
+with ``TASK=sentence-similarity``). ``/similarity`` embeds the source sentence and the
+others and answers their cosine similarities; ``/decode`` answers one string per id list.
+
+What ``InferenceClient`` (huggingface_hub 2.4, provider ``hf-inference``, which posts to a
+URL given as ``model`` as it is) sends, read from its source:
+- ``feature_extraction``: ``{"inputs", "normalize", "prompt_name", "truncate",
+  "truncation_direction", "dimensions", "encoding_format"}`` at the top level, unset ones
+  left out; it reads ``[[float]]``.
+- ``sentence_similarity``: ``{"inputs": {"source_sentence", "sentences"}, "parameters": {}}``;
+  it reads ``[float]``.
+- ``text_classification``: ``{"inputs", "parameters": {"function_to_apply", "top_k"}}``,
+  ``parameters`` always sent (``{}`` when both are unset); it reads ``[[{"label", "score"}]]``
+  and returns the inner list (TEI's flat ``[{"label", "score"}]`` would give it only the
+  best label), so a body with ``parameters`` gets the nested shape.
+
+Ember serves several models, so ``/`` reads the body first: ``{"query", "texts"}`` reranks,
+an ``inputs`` object is a similarity, and text ``inputs`` goes by the model's kind as on
+TEI (a classifier predicts, an embedding model embeds). With no ``model`` and several
+served, text ``inputs`` goes to the model that embeds, and with ``parameters`` (the
+Inference API's classification body) to the model that classifies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import Discriminator, Field, Tag
+
+from ember.api import operations as ops
+from ember.api import schemas as s
+from ember.api.operations import Reply, check_batch
+from ember.api.schemas import NonEmptyText, TokenIds, _Body
+from ember.engine import Engine, EngineArray, Timings
+from ember.errors import BadRequest, NotReady
+from ember.heads.postprocess import sigmoid
+
+Direction = Literal["right", "left", "Right", "Left"]
+
+
+class SimilarityInputs(_Body):
+    source_sentence: NonEmptyText
+    sentences: Annotated[list[NonEmptyText], Field(min_length=1)]
+
+
+class SimilarityParameters(_Body):
+    truncate: bool = True
+    truncation_direction: Direction = "right"
+    prompt_name: str | None = None
+
+
+class SimilarityRequest(_Body):
+    """TEI ``POST /similarity`` (and ``/`` with an ``inputs`` object)."""
+
+    inputs: SimilarityInputs
+    parameters: SimilarityParameters | None = None
+    model: str | None = None
+
+
+class DecodeRequest(_Body):
+    """TEI ``POST /decode``."""
+
+    ids: TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
+        description="One token-id list or a list of them."
+    )
+    skip_special_tokens: bool = True
+    model: str | None = None
+
+
+class ClassificationParameters(_Body):
+    """The Inference API's text-classification parameters (``InferenceClient`` sends them)."""
+
+    function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
+    top_k: int | None = Field(None, ge=1)
+
+
+class RootInputsRequest(s.TEIEmbedRequest):
+    """``POST /`` with text ``inputs``: /embed's fields, /predict's ``raw_scores``, and the
+    Inference API's classification ``parameters``."""
+
+    raw_scores: bool = False
+    parameters: ClassificationParameters | None = None
+
+
+def _root_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        if "texts" in value:
+            return "rerank"
+        if isinstance(value.get("inputs"), dict):
+            return "similarity"
+    return "inputs"
+
+
+RootRequest = Annotated[
+    Annotated[RootInputsRequest, Tag("inputs")]
+    | Annotated[SimilarityRequest, Tag("similarity")]
+    | Annotated[s.TEIRerankRequest, Tag("rerank")],
+    Discriminator(_root_kind),
+]
+
+
+async def similarity(engines: EngineArray, body: SimilarityRequest, limit: int) -> Reply:
+    """Cosine similarity of the source sentence to each of the others."""
+    texts = [body.inputs.source_sentence, *body.inputs.sentences]
+    check_batch(len(texts), limit, "inputs.sentences")
+    engine = engines.for_task(body.model, "embed")
+    options = body.parameters or SimilarityParameters()
+    result = await engine.embed(
+        texts,
+        output="dense",
+        normalize=True,
+        truncate=options.truncate,
+        truncation_direction=options.truncation_direction.lower(),  # type: ignore[arg-type]
+        prompt_name=options.prompt_name,
+    )
+    vectors = result.outputs
+    return Reply([float(v) for v in vectors[1:] @ vectors[0]], result.timings)
+
+
+async def decode(engines: EngineArray, body: DecodeRequest, limit: int) -> Reply:
+    """One text per id list (TEI answers a list even for one)."""
+    ids = body.ids if isinstance(body.ids[0], list) else [body.ids]
+    check_batch(len(ids), limit, "ids")
+    engine = engines.tokenizing(body.model)
+    processor = engine.processor
+    if processor is None:
+        raise NotReady(f"model {engine.name!r} is still loading")
+    texts = await asyncio.to_thread(
+        processor.decode,  # type: ignore[attr-defined]
+        ids,
+        skip_special_tokens=body.skip_special_tokens,
+    )
+    return Reply(texts, Timings())
+
+
+async def tokenize(engines: EngineArray, body: s.TEITokenizeRequest, limit: int) -> Reply:
+    """/tokenize; with no ``model`` and several served, the first model that tokenises."""
+    engine = engines.tokenizing(body.model)
+    return await ops.tei_tokenize(engines, body.model_copy(update={"model": engine.name}), limit)
+
+
+def _root_engine(engines: EngineArray, body: RootInputsRequest) -> Engine:
+    if body.model or len(engines.engines) == 1:
+        engine = engines.get(body.model)
+    else:
+        embeds = any(e.model is not None and e.kind.does("embed") for e in engines)
+        asked = "classify" if body.parameters is not None or not embeds else "embed"
+        engine = engines.for_task(None, asked)
+    if engine.model is None:
+        raise NotReady(f"model {engine.name!r} is still loading")
+    return engine
+
+
+async def _inference_api_classify(engine: Engine, body: RootInputsRequest, limit: int) -> Reply:
+    """The Inference API's text classification: ``[[{"label", "score"}]]``, one list per
+    input, scored by ``function_to_apply`` (default: softmax) and cut to ``top_k``."""
+    texts = [body.inputs] if isinstance(body.inputs, str) else list(body.inputs)
+    check_batch(len(texts), limit, "inputs")
+    assert body.parameters is not None
+    apply = body.parameters.function_to_apply
+    raw = body.raw_scores if apply is None else apply != "softmax"
+    labels, result = await engine.classify(texts, raw_scores=raw, truncate=body.truncate)
+    answer = []
+    for row in labels:
+        if apply == "sigmoid":  # monotonic: the order of the logits holds
+            scores = sigmoid(np.array([item["score"] for item in row]))
+            row = [{**item, "score": float(p)} for item, p in zip(row, scores, strict=True)]
+        answer.append(row[: body.parameters.top_k])
+    return Reply(answer, result.timings)
+
+
+async def root(engines: EngineArray, body: Any, limit: int) -> Reply:
+    """``POST /``: the body says rerank or similarity; text ``inputs`` go by the model's
+    kind (predict for a classifier, else its embedding: dense, sparse or multi-vector)."""
+    if isinstance(body, s.TEIRerankRequest):
+        return await ops.tei_rerank(engines, body, limit)
+    if isinstance(body, SimilarityRequest):
+        return await similarity(engines, body, limit)
+    engine = _root_engine(engines, body)
+    kind, name = engine.kind, engine.name
+    if kind.classifies:
+        if body.parameters is not None:
+            return await _inference_api_classify(engine, body, limit)
+        predict = s.TEIPredictRequest(
+            inputs=body.inputs, raw_scores=body.raw_scores, truncate=body.truncate, model=name
+        )
+        return await ops.tei_predict(engines, predict, limit)
+    if kind.embedding == "dense":
+        return await ops.tei_embed(engines, body.model_copy(update={"model": name}), limit)
+    if kind.embedding in ("sparse", "multi"):
+        output = s.TEIEmbedOutputRequest(
+            inputs=body.inputs,
+            truncate=body.truncate,
+            truncation_direction=body.truncation_direction,
+            prompt_name=body.prompt_name,
+            model=name,
+        )
+        run = ops.tei_embed_sparse if kind.embedding == "sparse" else ops.tei_embed_all
+        return await run(engines, output, limit)
+    raise BadRequest(
+        f"model {name!r} ({kind.name}) does not embed or classify; it serves {kind.serves()}: "
+        'send {"query", "texts"} to rerank',
+        param="inputs",
+    )
