@@ -139,6 +139,11 @@ class ServerSettings(BaseSettings):
     payload_limit: int = Field(
         2_000_000, description="Largest request body in bytes; larger gets 413."
     )
+    cors_allow_origin: str | None = Field(
+        None,
+        description="Origins browsers may call from, comma-separated (`*` for any); "
+        "default: no CORS headers.",
+    )
     max_client_batch_size: int = Field(
         2048, description="Most inputs (texts or documents) in one request; more gets 413."
     )

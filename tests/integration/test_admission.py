@@ -160,3 +160,37 @@ async def test_a_flood_with_a_short_deadline_still_completes_work(minilm_path: P
     assert done + refused + expired == 40, outcomes
     assert done >= 1 and refused >= 1
     assert expired <= max(2, done // 4), (done, refused, expired)
+
+
+async def test_cors_is_off_by_default_and_answers_preflight_when_set(minilm_path: Path) -> None:
+    from ember.api.app import create_app
+    from ember.config import settings_from_env
+
+    engines, _ = _engines(minilm_path, delay=0.0)
+    await engines.start()
+    preflight = {
+        "Origin": "https://app.example",
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type",
+    }
+    try:
+        for origin, allowed in ((None, None), ("https://app.example", "https://app.example")):
+            settings = settings_from_env(
+                model_id=str(minilm_path), api_key="k", cors_allow_origin=origin
+            )
+            app = create_app(settings, engines)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                answer = await client.options("/v1/embeddings", headers=preflight)
+                posted = await client.post(
+                    "/v1/embeddings",
+                    json={"input": "x"},
+                    headers={"Origin": "https://app.example", "Authorization": "Bearer k"},
+                )
+            assert posted.status_code == 200
+            assert posted.headers.get("access-control-allow-origin") == allowed
+            if allowed:
+                assert answer.status_code == 200  # no key needed for the preflight
+                assert answer.headers["access-control-allow-origin"] == allowed
+    finally:
+        await engines.stop()

@@ -356,6 +356,18 @@ def create_app(
         known_paths=known_paths,
         open_paths=OPEN_PATHS | frozenset(open_paths),
     )
+    if settings.cors_allow_origin:
+        # Outermost: a browser's preflight carries no API key and must be answered.
+        from starlette.middleware.cors import CORSMiddleware
+
+        origins = [o.strip() for o in settings.cors_allow_origin.split(",") if o.strip()]
+        app.entry = CORSMiddleware(
+            app.entry,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type"],
+            expose_headers=["x-total-time", "x-inference-time", "x-queue-time"],
+        )
     return app
 
 

@@ -133,7 +133,7 @@ async def decode(engines: EngineArray, body: DecodeRequest, limit: int) -> Reply
     if processor is None:
         raise NotReady(f"model {engine.name!r} is still loading")
     texts = await asyncio.to_thread(
-        processor.decode,  # type: ignore[attr-defined]
+        processor.decode,
         ids,
         skip_special_tokens=body.skip_special_tokens,
     )

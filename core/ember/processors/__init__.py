@@ -44,6 +44,8 @@ class TextProcessor(Protocol):
 
     def tokenize_detail(self, text: str, *, add_special_tokens: bool = True) -> list[dict]: ...
 
+    def decode(self, ids: list[list[int]], *, skip_special_tokens: bool = True) -> list[str]: ...
+
 
 def build_processor(model: ResolvedModel, max_length: int | None = None) -> TextProcessor:
     """The processor the model's kind names in the capability table."""

@@ -16,6 +16,8 @@ import json
 import string
 from collections.abc import Sequence
 
+from tokenizers import Tokenizer
+
 from ember.backends.base import TokenBatch
 from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel
@@ -50,25 +52,25 @@ class ColbertTokenizer:
         self.pad_id = self._document.pad_id
 
     @staticmethod
-    def _token_id(tok: object, token: str | None) -> int | None:
+    def _token_id(tok: Tokenizer, token: str | None) -> int | None:
         if not token:
             return None
-        found = tok.token_to_id(token)  # type: ignore[attr-defined]
+        found = tok.token_to_id(token)
         if found is None:
-            found = tok.token_to_id(token.strip())  # type: ignore[attr-defined]
+            found = tok.token_to_id(token.strip())
         if found is None:
             raise ConfigError(f"the ColBERT marker {token!r} is not a token of the tokenizer")
         return int(found)
 
     @staticmethod
-    def _skiplist_ids(tok: object, words: list[str]) -> frozenset[int]:
+    def _skiplist_ids(tok: Tokenizer, words: list[str]) -> frozenset[int]:
         """PyLate's convert_tokens_to_ids: a word that is no single token maps to [UNK]."""
-        unk = tok.token_to_id("[UNK]")  # type: ignore[attr-defined]
-        ids = (tok.token_to_id(w) for w in words)  # type: ignore[attr-defined]
+        unk = tok.token_to_id("[UNK]")
+        ids = (tok.token_to_id(w) for w in words)
         return frozenset(i if i is not None else unk for i in ids) - {None}
 
     @staticmethod
-    def _expansion_id(tok: object, model: ResolvedModel) -> int:
+    def _expansion_id(tok: Tokenizer, model: ResolvedModel) -> int:
         """PyLate pads query expansion with the tokenizer's [MASK] (else </s>, else pad)."""
         declared: dict = {}
         for name in ("tokenizer_config.json", "special_tokens_map.json"):
@@ -78,8 +80,8 @@ class ColbertTokenizer:
         for key in ("mask_token", "eos_token", "pad_token"):
             value = declared.get(key)
             token = value.get("content") if isinstance(value, dict) else value
-            if isinstance(token, str) and tok.token_to_id(token) is not None:  # type: ignore[attr-defined]
-                return int(tok.token_to_id(token))  # type: ignore[attr-defined]
+            if isinstance(token, str) and tok.token_to_id(token) is not None:
+                return int(tok.token_to_id(token))
         raise ConfigError(f"{model.path}: no [MASK], </s> or pad token for query expansion")
 
     def _finish(self, tokens: Tokens, query: bool) -> Tokens:
