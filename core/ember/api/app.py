@@ -23,7 +23,7 @@ import ember
 from ember.api import cohere, tei
 from ember.api import operations as ops
 from ember.api import schemas as s
-from ember.api.errors import error_response, install_error_handlers
+from ember.api.errors import client_gone_response, error_response, install_error_handlers
 from ember.api.fastpath import ModelRouteFastPath
 from ember.api.middleware import OPEN_PATHS, ASGIApp, EdgeMiddleware, Receive, Scope, Send
 from ember.config import DEFAULT_MODEL_NAME, ServerSettings, settings_from_env
@@ -179,7 +179,7 @@ async def run_operation(
         watcher.cancel()
     if not work.done():  # client left: cancelling drops its queued texts
         work.cancel()
-        return error_response(499, error_body("client disconnected", "client_closed", 499))
+        return client_gone_response()
     reply = work.result()  # raises EmberError -> the app's handler
     t0 = time.perf_counter()
     content = orjson.dumps(reply.body, option=orjson.OPT_SERIALIZE_NUMPY)
