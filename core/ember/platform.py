@@ -107,7 +107,11 @@ def invocation_route(engines: EngineArray, payload: Any) -> str:
         caps = engines.capabilities(model if model or len(engines.names) == 1 else None)
         if "classify" in caps and not caps & {"embed", "embed_multi", "embed_sparse"}:
             return "/classify" if "input" in payload else "/predict"
-        return "/v1/embeddings" if "input" in payload else "/embed"
+        if "input" in payload:
+            return "/v1/embeddings"  # any embedding output: the model's own
+        if caps and "embed" not in caps:  # TEI's route for what the model returns
+            return "/embed_sparse" if "embed_sparse" in caps else "/embed_all"
+        return "/embed"
     raise BadRequest(
         "cannot tell what to do with this body: send OpenAI embeddings {'input'}, "
         "TEI {'inputs'}, Cohere embed {'texts'}, or rerank {'query', 'documents' | 'texts'}"

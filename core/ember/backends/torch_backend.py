@@ -96,6 +96,9 @@ class TorchBackend(BackendDefaults):
                 str(model.path), dtype=self.dtype, trust_remote_code=model.spec.trust_remote_code
             )
         self.net = net.to(self.device).eval()
+        # FlashAttention-2 drops masked positions and pads zeros back: a position masked
+        # from attention but wanted (ColBERT's query expansion) gets no state.
+        self.masked_positions = attention != "flash_attention_2"
         self._call = self.net
         params = inspect.signature(self.net.forward).parameters
         self.takes_token_types = "token_type_ids" in params

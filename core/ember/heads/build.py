@@ -105,8 +105,11 @@ def _colbert_heads(model: ResolvedModel) -> dict[Output, Any]:
         directory = model.root / module["path"]
         cfg = json.loads((directory / "config.json").read_text())
         activation = str(cfg.get("activation_function", "torch.nn.modules.linear.Identity"))
-        if not activation.endswith("Identity"):
-            raise ConfigError(f"{directory}: Dense activation {activation} is not supported")
+        if not activation.endswith("Identity") or cfg.get("use_residual"):
+            raise ConfigError(
+                f"{directory}: a Dense with activation {activation} or a residual is not "
+                "supported; Ember serves PyLate's identity projection"
+            )
         t = read_tensors(_weights_file(directory))
         w, b = t["linear.weight"], t.get("linear.bias")
         if weight is None:

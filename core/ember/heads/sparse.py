@@ -103,12 +103,15 @@ class LexicalWeightsHead:
         self, outputs: dict[str, np.ndarray], batch: TokenBatch, rows: Sequence[int]
     ) -> list[SparseVector]:
         states = outputs[TOKEN_STATES]
-        mask = attention(outputs, batch)
+        # A backend may return states and mask wider than the batch (Neuron's buckets):
+        # only the batch's own columns have token ids.
+        width = batch.input_ids.shape[1]
+        mask = attention(outputs, batch)[:, :width]
         results = []
         for row in rows:
             real = mask[row] > 0
-            ids = batch.input_ids[row][real]
-            weights = np.maximum(states[row][real] @ self.weight[0] + self.bias[0], 0)
+            ids = batch.input_ids[row, : mask.shape[1]][real]
+            weights = np.maximum(states[row, :width][real] @ self.weight[0] + self.bias[0], 0)
             keep = ~np.isin(ids, list(self.dropped_ids)) & (weights > 0)
             ids, weights = ids[keep], weights[keep].astype(np.float32)
             if ids.size == 0:

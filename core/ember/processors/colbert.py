@@ -44,7 +44,8 @@ class ColbertTokenizer:
         self._query_prefix = self._token_id(tok, cfg.get("query_prefix", "[Q] "))
         self._document_prefix = self._token_id(tok, cfg.get("document_prefix", "[D] "))
         self._mask_id = self._expansion_id(tok, model)
-        self._skip = self._skiplist_ids(tok, cfg.get("skiplist_words", list(string.punctuation)))
+        words = cfg.get("skiplist_words", list(string.punctuation))
+        self._skip = self._skiplist_ids(tok, words, self._declared_id(tok, model, ("unk_token",)))
         room = 1 if self._query_prefix is not None else 0
         self._query = TextTokenizer(model, self.query_length - room)
         room = 1 if self._document_prefix is not None else 0
@@ -63,26 +64,34 @@ class ColbertTokenizer:
         return int(found)
 
     @staticmethod
-    def _skiplist_ids(tok: Tokenizer, words: list[str]) -> frozenset[int]:
-        """PyLate's convert_tokens_to_ids: a word that is no single token maps to [UNK]."""
-        unk = tok.token_to_id("[UNK]")
+    def _skiplist_ids(tok: Tokenizer, words: list[str], unk: int | None) -> frozenset[int]:
+        """PyLate's convert_tokens_to_ids: a word that is no single token maps to the
+        tokenizer's unknown token."""
         ids = (tok.token_to_id(w) for w in words)
         return frozenset(i if i is not None else unk for i in ids) - {None}
 
     @staticmethod
-    def _expansion_id(tok: Tokenizer, model: ResolvedModel) -> int:
-        """PyLate pads query expansion with the tokenizer's [MASK] (else </s>, else pad)."""
+    def _declared_id(tok: Tokenizer, model: ResolvedModel, keys: tuple[str, ...]) -> int | None:
+        """The id of the first of the tokenizer config's ``keys`` (mask_token, ...) it has."""
         declared: dict = {}
         for name in ("tokenizer_config.json", "special_tokens_map.json"):
             file = model.path / name
             if file.exists():
                 declared.update(json.loads(file.read_text(encoding="utf-8")))
-        for key in ("mask_token", "eos_token", "pad_token"):
+        for key in keys:
             value = declared.get(key)
             token = value.get("content") if isinstance(value, dict) else value
             if isinstance(token, str) and tok.token_to_id(token) is not None:
                 return int(tok.token_to_id(token))
-        raise ConfigError(f"{model.path}: no [MASK], </s> or pad token for query expansion")
+        return None
+
+    @classmethod
+    def _expansion_id(cls, tok: Tokenizer, model: ResolvedModel) -> int:
+        """PyLate pads query expansion with the tokenizer's [MASK] (else </s>, else pad)."""
+        found = cls._declared_id(tok, model, ("mask_token", "eos_token", "pad_token"))
+        if found is None:
+            raise ConfigError(f"{model.path}: no [MASK], </s> or pad token for query expansion")
+        return found
 
     def _finish(self, tokens: Tokens, query: bool) -> Tokens:
         """Expansion (queries), the marker after [CLS], and the positions kept."""
