@@ -117,8 +117,9 @@ class Engine:
             backend.close()
             raise ConfigError(
                 f"model {model.served_name!r} returns query-expansion positions masked from "
-                f"attention, which the {backend.info.name} backend does not compute; serve it "
-                "with --backend onnx or torch"
+                f"attention, which the {backend.info.name} backend as loaded does not compute "
+                "(ct2 takes lengths; flash-attn drops masked positions); serve it with "
+                "--backend onnx, or torch without flash-attn"
             )
         self.heads = await loop.run_in_executor(None, build_heads, model)
         static_batch = backend.max_batch_size
