@@ -70,7 +70,7 @@ def test_int8_within_stated_tolerance(
     assert cos.min() >= 0.96, (cos.min(), TEXTS[int(cos.argmin())])
     assert cos.mean() >= 0.99
     assert cos.mean() < 0.9999  # the weights really are int8
-    manifest = ct2_backend.artifacts.read_manifest(Path(backend.info.details["artifact"]))
+    manifest = ct2_backend.artifacts.read_manifest(backend.path)
     assert manifest and manifest["compute_type"] == "int8_float32"
 
 
@@ -90,7 +90,7 @@ def test_bfloat16_is_refused_or_served_never_swapped(minilm_path: Path, cache_di
 def test_second_load_reuses_the_conversion(
     minilm_path: Path, cache_dir: Path, minilm_fp32, monkeypatch
 ) -> None:
-    artifact = Path(minilm_fp32[1].info.details["artifact"])
+    artifact = minilm_fp32[1].path
     stamp = (artifact / "model.bin").stat().st_mtime_ns
 
     def fail(*args: object, **kwargs: object) -> None:
@@ -98,7 +98,7 @@ def test_second_load_reuses_the_conversion(
 
     monkeypatch.setattr(ct2_backend, "convert", fail)
     again = ct2_backend.load(parity.resolved(minilm_path, "ct2", cache_dir, dtype="float32"))
-    assert Path(again.info.details["artifact"]) == artifact
+    assert again.path == artifact
     assert (artifact / "model.bin").stat().st_mtime_ns == stamp
 
 
@@ -173,7 +173,7 @@ def test_export_dir_is_servable(tmp_path: Path, cache_dir: Path) -> None:
     served = parity.resolved(out_dir, "ct2", own_cache, dtype="float32")
     assert served.task == "rerank"
     backend = ct2_backend.load(served)
-    assert Path(backend.info.details["artifact"]) == out_dir / "ct2"
+    assert backend.path == out_dir / "ct2"
     assert not own_cache.exists()  # served as exported, nothing converted
     pairs = parity.query_doc_pairs()
     ref = parity.cross_encoder_logits(str(src), tuple(pairs))

@@ -76,7 +76,7 @@ from ember.models.resolve import resolve_model
 
 (spec,) = settings_from_env(backend=sys.argv[1], device="cpu").model_specs()  # EMBER_CACHE_DIR
 backend = load_backend(resolve_model(spec))
-built = json.load(open(backend.info.details["artifact"].removesuffix("model.onnx").rstrip("/")
+built = json.load(open(str(backend.path).removesuffix("model.onnx").rstrip("/")
                        + "/ember_artifact.json"))
 print(json.dumps({"torch": "torch" in sys.modules, "transformers": "transformers" in sys.modules,
                   "backend": backend.info.name, "seconds": built["seconds"]}))

@@ -317,6 +317,7 @@ class Ct2Backend(BackendDefaults):
             raise ConfigError(f"CTranslate2 cannot load {path}: {exc}") from exc
         self.encoder_only = model.backbone == "encoder"
         self.device = plan.device
+        self.path = path  # the artifact loaded (info shows it relative to the cache)
         self.kind = _head_kind(model)
         self.head: dict[str, np.ndarray] = {}
         if self.kind is not None:

@@ -65,7 +65,7 @@ class OnnxBackend(BackendDefaults):
             raise ConfigError(f"{path} has no input_ids input (inputs: {sorted(inputs)})")
         self._inputs = inputs
         self._int32 = {n for n, t in inputs.items() if t == "tensor(int32)"}
-        self.path = path
+        self.path = path  # the artifact loaded (info shows it relative to the cache)
         self.name = TOKEN_STATES if model.backbone == "encoder" else LOGITS
         self.output = self._pick_output(model)
         self.info = BackendInfo(
