@@ -1,0 +1,251 @@
+"""Overload and hostile-client checks against an Ember server, with the figures they give.
+
+    .venv/bin/python benchmarks/overload.py --launch                 # start `ember serve` here
+    .venv/bin/python benchmarks/overload.py --url http://127.0.0.1:7997 --api-key KEY
+
+Each check is bounded in count and time and prints one line:
+- flood: unloaded throughput (4 clients), then ``--clients`` clients looping on requests of
+  ``--texts`` texts for ``--seconds`` (backing off ``--backoff`` s after a 429, as
+  ``Retry-After`` asks): goodput as a share of unloaded, 429 latency p50/p99, 504 count;
+- idle sockets: ``--idle`` connections that never send a byte, how many are open after
+  ``--idle-wait`` s;
+- slow headers: one byte a second; when the server cut it (or that it did not within the cap);
+- short body: ``Content-Length: 10`` and 3 bytes; what came back, and when;
+- disconnects: requests dropped by their clients mid-wait; the server's queue-depth gauge after;
+- SIGTERM under load (``--launch`` only): requests in flight when the signal came, how many
+  completed, and the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+TEXT = "A sentence of ordinary length for the load, about retrieval and ranking."
+
+
+def _pct_ms(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)
+
+
+async def flood(url: str, headers: dict, args: argparse.Namespace) -> dict:
+    body = {"input": [TEXT] * args.texts}
+    limits = httpx.Limits(max_connections=args.clients + 8, max_keepalive_connections=args.clients)
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60, limits=limits) as c:
+
+        async def loop(stop: float, out: dict) -> None:
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                r = await c.post("/v1/embeddings", json=body)
+                took = time.perf_counter() - t0
+                out[r.status_code] = out.get(r.status_code, 0) + 1
+                if r.status_code == 429:
+                    out.setdefault("429s", []).append(took)
+                    await asyncio.sleep(args.backoff)
+
+        unloaded: dict = {}
+        t0 = time.perf_counter()
+        await asyncio.gather(*(loop(t0 + args.seconds, unloaded) for _ in range(4)))
+        base = unloaded.get(200, 0) * args.texts / (time.perf_counter() - t0)
+        flooded: dict = {}
+        t0 = time.perf_counter()
+        await asyncio.gather(*(loop(t0 + args.seconds, flooded) for _ in range(args.clients)))
+        good = flooded.get(200, 0) * args.texts / (time.perf_counter() - t0)
+    refused = flooded.get("429s", [])
+    return {
+        "unloaded_texts_per_s": round(base, 1),
+        "goodput_texts_per_s": round(good, 1),
+        "goodput_share": round(good / base, 2) if base else None,
+        "ok": flooded.get(200, 0),
+        "429": len(refused),
+        "429_p50_ms": _pct_ms(refused, 0.5),
+        "429_p99_ms": _pct_ms(refused, 0.99),
+        "504": flooded.get(504, 0),
+    }
+
+
+def _connect(host: str, port: int) -> socket.socket:
+    return socket.create_connection((host, port), timeout=5)
+
+
+def _is_open(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(1, socket.MSG_PEEK) != b""  # data waiting: still open
+    except BlockingIOError:
+        return True  # nothing to read and no EOF
+    except OSError:
+        return False
+
+
+def idle_sockets(host: str, port: int, count: int, wait: float) -> dict:
+    socks = []
+    try:
+        for _ in range(count):
+            try:
+                socks.append(_connect(host, port))
+            except OSError:
+                break
+        time.sleep(wait)
+        still = sum(_is_open(s) for s in socks)
+    finally:
+        for s in socks:
+            s.close()
+    return {"opened": len(socks), "open_after_s": wait, "still_open": still}
+
+
+def slow_headers(host: str, port: int, cap: float) -> dict:
+    request = f"GET /health HTTP/1.1\r\nHost: {host}\r\nX-Slow: {'a' * 200}\r\n\r\n".encode()
+    sock = _connect(host, port)
+    started = time.perf_counter()
+    try:
+        for byte in request:
+            if time.perf_counter() - started > cap:
+                return {"cut_after_s": None, "note": f"still open after {cap:g}s"}
+            sock.sendall(bytes([byte]))
+            time.sleep(1.0)
+            if not _is_open(sock):
+                return {"cut_after_s": round(time.perf_counter() - started, 1)}
+            sock.setblocking(True)
+    except OSError:
+        return {"cut_after_s": round(time.perf_counter() - started, 1)}
+    finally:
+        sock.close()
+    return {"cut_after_s": None, "note": "the whole request went through"}
+
+
+def short_body(host: str, port: int, headers: dict, cap: float) -> dict:
+    auth = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    head = (
+        f"POST /v1/embeddings HTTP/1.1\r\nHost: {host}\r\n{auth}"
+        "Content-Type: application/json\r\nContent-Length: 10\r\n\r\n"
+    )
+    sock = _connect(host, port)
+    sock.settimeout(cap)
+    started = time.perf_counter()
+    try:
+        sock.sendall(head.encode() + b'{"i')
+        answer = sock.recv(200)
+    except TimeoutError:
+        return {"answer": None, "note": f"no answer within {cap:g}s"}
+    finally:
+        sock.close()
+    status = answer.split(b"\r\n", 1)[0].decode(errors="replace") if answer else "closed"
+    return {"answer": status, "after_s": round(time.perf_counter() - started, 2)}
+
+
+async def disconnects(url: str, headers: dict, count: int) -> dict:
+    body = {"input": [TEXT] * 32}
+
+    async def dropped() -> None:
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=0.05) as c:
+            try:
+                await c.post("/v1/embeddings", json=body)
+            except httpx.TimeoutException:
+                pass  # the client gave up and closed its connection
+
+    await asyncio.gather(*(dropped() for _ in range(count)))
+    await asyncio.sleep(2.0)  # let the server notice and drain
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as c:
+        metrics = (await c.get("/metrics")).text
+        healthy = (await c.get("/health")).status_code == 200
+    depth = [
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("ember_queue_depth{")
+    ]
+    return {"dropped": count, "queue_depth_after": depth, "healthy": healthy}
+
+
+async def sigterm_under_load(url: str, headers: dict, process: subprocess.Popen) -> dict:
+    body = {"input": [TEXT] * 16}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as c:
+        tasks = [asyncio.ensure_future(c.post("/v1/embeddings", json=body)) for _ in range(16)]
+        await asyncio.sleep(0.3)
+        process.send_signal(signal.SIGTERM)
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    ok = sum(not isinstance(r, Exception) and r.status_code == 200 for r in results)
+    code = await asyncio.to_thread(process.wait, 30)
+    return {"in_flight": len(tasks), "completed": ok, "exit_code": code}
+
+
+def launch(args: argparse.Namespace) -> tuple[str, subprocess.Popen]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "ember", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["--request-timeout", str(args.request_timeout), *args.serve_args]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "core"), "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"ember serve exited with {process.returncode}")
+        try:
+            if httpx.get(url + "/ready", timeout=2).status_code == 200:
+                return url, process
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    process.kill()
+    raise SystemExit("ember serve was not ready within 240 s")
+
+
+def say(check: str, figures: dict) -> None:
+    """One line per check: its name, then its figures as JSON."""
+    print(check, json.dumps(figures), flush=True)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default=None, help="a running server (default: --launch)")
+    parser.add_argument("--launch", action="store_true", help="start `ember serve` here")
+    parser.add_argument("--api-key", default=None)
+    parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--texts", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--backoff", type=float, default=0.5)
+    parser.add_argument("--idle", type=int, default=200)
+    parser.add_argument("--idle-wait", type=float, default=15.0)
+    parser.add_argument("--slow-cap", type=float, default=20.0)
+    parser.add_argument("--request-timeout", type=float, default=1.0, help="with --launch")
+    parser.add_argument("serve_args", nargs="*", help="more `ember serve` flags (--launch)")
+    args = parser.parse_args()
+    process = None
+    url = args.url
+    if args.launch or not url:
+        url, process = launch(args)
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    parsed = urlparse(url)
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
+    try:
+        say("flood", await flood(url, headers, args))
+        say("idle sockets", idle_sockets(host, port, args.idle, args.idle_wait))
+        say("slow headers", slow_headers(host, port, args.slow_cap))
+        say("short body", short_body(host, port, headers, args.slow_cap))
+        say("disconnects", await disconnects(url, headers, 20))
+        if process is not None:
+            say("sigterm", await sigterm_under_load(url, headers, process))
+    finally:
+        if process is not None and process.poll() is None:
+            process.kill()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,35 @@
+"""benchmarks/overload.py runs its checks end to end against a server it launches."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.support import REPO, child_env
+
+
+def test_overload_script_prints_every_check() -> None:
+    cmd = [sys.executable, str(REPO / "benchmarks" / "overload.py"), "--launch"]
+    cmd += ["--clients", "8", "--texts", "4", "--seconds", "1", "--idle", "4"]
+    cmd += ["--idle-wait", "1", "--slow-cap", "2"]
+    out = subprocess.run(
+        cmd, env=child_env(), capture_output=True, text=True, timeout=240, check=True
+    ).stdout
+    lines = {
+        line.split(" {", 1)[0]: json.loads("{" + line.split(" {", 1)[1])
+        for line in out.splitlines()
+        if " {" in line
+    }
+    assert set(lines) == {
+        "flood",
+        "idle sockets",
+        "slow headers",
+        "short body",
+        "disconnects",
+        "sigterm",
+    }
+    assert lines["flood"]["ok"] > 0 and lines["flood"]["unloaded_texts_per_s"] > 0
+    assert lines["disconnects"]["healthy"] and lines["disconnects"]["queue_depth_after"] == [0.0]
+    assert lines["sigterm"]["exit_code"] == 0
+    assert lines["sigterm"]["completed"] == lines["sigterm"]["in_flight"]
