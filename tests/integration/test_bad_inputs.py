@@ -192,3 +192,18 @@ def test_chunked_body_over_limit_is_refused(server: ServerProcess) -> None:
         )
     assert response.status_code == 413
     assert response.json()["error"]["code"] == 413
+
+
+def test_flags_take_true_or_false_only(server) -> None:  # type: ignore[no-untyped-def]
+    """pydantic's lax bool would read 0 as false: a typo'd flag must not pass silently."""
+    with server.client() as client:
+        for value in (0, 1, "yes", "false", None):
+            body = {"model": "minilm", "input": "x", "truncate": value}
+            response = client.post("/v1/embeddings", json=body)
+            assert response.status_code == 422, (value, response.text)
+        assert (
+            client.post(
+                "/v1/embeddings", json={"model": "minilm", "input": "x", "truncate": False}
+            ).status_code
+            == 200
+        )

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
+# true or false only: pydantic's lax bool would take 0, 1, "yes" or "off" for a flag.
+StrictBool = Annotated[bool, Strict()]
 # Cohere's input types; a model's own prompts (``query``, ``document``...) are chosen by them.
 InputType = Literal["search_query", "search_document", "classification", "clustering"]
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
@@ -38,7 +40,9 @@ class EmbeddingsRequest(_Body):
         None, description="Matryoshka: keep the first N values, then re-normalise."
     )
     user: str | None = None
-    truncate: bool = Field(True, description="Cut text past the model's max tokens (else 400).")
+    truncate: StrictBool = Field(
+        True, description="Cut text past the model's max tokens (else 400)."
+    )
     input_type: InputType | None = Field(
         None,
         description="Cohere's field: search_query encodes queries (ColBERT markers and "
@@ -57,9 +61,9 @@ class RerankRequest(_Body):
     documents: Annotated[list[NonEmptyText | RerankDocument], Field(min_length=1)]
     model: str | None = None
     top_n: int | None = Field(None, ge=1, description="Return only the best N.")
-    return_documents: bool = False
-    raw_scores: bool = Field(False, description="Logits instead of sigmoid scores.")
-    truncate: bool = True
+    return_documents: StrictBool = False
+    raw_scores: StrictBool = Field(False, description="Logits instead of sigmoid scores.")
+    truncate: StrictBool = True
 
 
 class TEIRerankRequest(_Body):
@@ -67,9 +71,9 @@ class TEIRerankRequest(_Body):
 
     query: NonEmptyText
     texts: Annotated[list[NonEmptyText], Field(min_length=1)]
-    return_text: bool = False
-    raw_scores: bool = False
-    truncate: bool = True
+    return_text: StrictBool = False
+    raw_scores: StrictBool = False
+    truncate: StrictBool = True
     model: str | None = None
 
 
@@ -78,16 +82,16 @@ class ClassifyRequest(_Body):
 
     input: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
     model: str | None = None
-    raw_scores: bool = False
-    truncate: bool = True
+    raw_scores: StrictBool = False
+    truncate: StrictBool = True
 
 
 class TEIPredictRequest(_Body):
     """TEI ``POST /predict``."""
 
     inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
-    raw_scores: bool = False
-    truncate: bool = True
+    raw_scores: StrictBool = False
+    truncate: StrictBool = True
     model: str | None = None
 
 
@@ -95,8 +99,8 @@ class TEIEmbedRequest(_Body):
     """TEI ``POST /embed``."""
 
     inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
-    normalize: bool = True
-    truncate: bool = True
+    normalize: StrictBool = True
+    truncate: StrictBool = True
     truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
     prompt_name: str | None = None
     dimensions: int | None = None
@@ -107,7 +111,7 @@ class TEIEmbedOutputRequest(_Body):
     """TEI ``POST /embed_sparse`` and ``/embed_all``."""
 
     inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
-    truncate: bool = True
+    truncate: StrictBool = True
     truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
     prompt_name: str | None = Field(
         None, description="A prompt of the model's; on ColBERT models `query` or `document`."
@@ -119,6 +123,6 @@ class TEITokenizeRequest(_Body):
     """TEI ``POST /tokenize``."""
 
     inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
-    add_special_tokens: bool = True
+    add_special_tokens: StrictBool = True
     prompt_name: str | None = None
     model: str | None = None

@@ -37,7 +37,7 @@ from pydantic import Discriminator, Field, Tag
 from ember.api import operations as ops
 from ember.api import schemas as s
 from ember.api.operations import Reply, check_batch
-from ember.api.schemas import NonEmptyText, TokenIds, _Body
+from ember.api.schemas import NonEmptyText, StrictBool, TokenIds, _Body
 from ember.engine import Engine, EngineArray, Timings
 from ember.errors import BadRequest, NotReady
 from ember.heads.postprocess import sigmoid
@@ -51,7 +51,7 @@ class SimilarityInputs(_Body):
 
 
 class SimilarityParameters(_Body):
-    truncate: bool = True
+    truncate: StrictBool = True
     truncation_direction: Direction = "right"
     prompt_name: str | None = None
 
@@ -70,7 +70,7 @@ class DecodeRequest(_Body):
     ids: TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
         description="One token-id list or a list of them."
     )
-    skip_special_tokens: bool = True
+    skip_special_tokens: StrictBool = True
     model: str | None = None
 
 
@@ -85,7 +85,7 @@ class RootInputsRequest(s.TEIEmbedRequest):
     """``POST /`` with text ``inputs``: /embed's fields, /predict's ``raw_scores``, and the
     Inference API's classification ``parameters``."""
 
-    raw_scores: bool = False
+    raw_scores: StrictBool = False
     parameters: ClassificationParameters | None = None
 
 
