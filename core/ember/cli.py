@@ -147,14 +147,22 @@ def serve(settings: ServerSettings) -> int:
     _Server = _server_class()
 
     from ember.api.app import create_app
+    from ember.api.connections import KEEP_ALIVE_TIMEOUT, ConnectionLimits, http_protocol
     from ember.logs import configure_logging
 
     configure_logging(settings.log_level, settings.json_logs)
+    limits = ConnectionLimits(
+        header_timeout=settings.header_timeout,
+        body_timeout=settings.body_timeout,
+        max_connections=settings.max_connections,
+    )
     failed: list[BaseException] = []
     config = uvicorn.Config(
         "ember.api.app:create_app",  # placeholder, replaced below with the built app
         host=settings.host,
         port=settings.port,
+        http=http_protocol(limits),
+        timeout_keep_alive=KEEP_ALIVE_TIMEOUT,
         log_config=None,
         access_log=settings.log_level == "debug",  # per-request lines cost throughput
         timeout_graceful_shutdown=10,

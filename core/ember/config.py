@@ -139,6 +139,18 @@ class ServerSettings(BaseSettings):
     payload_limit: int = Field(
         2_000_000, description="Largest request body in bytes; larger gets 413."
     )
+    header_timeout: float = Field(
+        10.0,
+        description="Seconds a connection may take to send a request's headers, from opening "
+        "or from the previous response; then 408 and closed.",
+    )
+    body_timeout: float = Field(
+        10.0, description="Seconds a request body may go without progress; then 408 and closed."
+    )
+    max_connections: int = Field(
+        1024,
+        description="Connections open at once; more are answered 503 and closed at once.",
+    )
     cors_allow_origin: str | None = Field(
         None,
         description="Origins browsers may call from, comma-separated (`*` for any); "

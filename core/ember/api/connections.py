@@ -1,0 +1,264 @@
+"""Connection deadlines and limits, enforced by the HTTP protocol uvicorn runs.
+
+Without them one unauthenticated client can hold every file descriptor: uvicorn has no
+timer on a connection that never sends a request, none on headers sent a byte a second,
+and none on a body that stops short of its ``Content-Length``. Here, on top of uvicorn's
+httptools protocol (its fast parser; kept as the default):
+
+- a request's head must be complete within ``header_timeout`` of the connection opening,
+  or of the previous response ending on keep-alive; else 408 (or a silent close when not a
+  byte of a next request came: an idle keep-alive connection, a socket that never spoke);
+- a body that makes no progress for ``body_timeout`` gets 408 and the connection closes
+  (time the server itself stopped reading, for flow control or pipelining, is not counted);
+- idle keep-alive connections close after uvicorn's ``timeout_keep_alive``;
+- past ``max_connections`` open at once, a new connection is answered 503 and closed at
+  once, while those already open keep being served;
+- a head over ``max_header_bytes`` or ``max_headers`` gets 431.
+
+Cost per request: a timer armed and cancelled twice (``loop.call_later``) and a clock read
+per body chunk; no per-byte Python work beyond uvicorn's own.
+"""
+
+from __future__ import annotations
+
+import logging
+from asyncio import TimerHandle, Transport
+from collections.abc import Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any, ClassVar
+
+import orjson
+
+from ember.errors import ConfigError, error_body
+from ember.logs import RateLimitedLog
+
+log = logging.getLogger(__name__)
+# Floods are what these limits exist for: one WARNING line per kind every 5 s.
+_warnings: dict[int, RateLimitedLog] = {}
+
+# Real heads are well under 2 KiB and 30 headers; these leave room for large cookies and
+# tracing headers while bounding what a client can make the server hold.
+MAX_HEADER_BYTES = 16 * 1024
+MAX_HEADERS = 100
+# uvicorn's default, named here: an idle keep-alive connection closes after this.
+KEEP_ALIVE_TIMEOUT = 5.0
+
+_TYPES = {408: "timeout_error", 431: "invalid_request_error", 503: "service_unavailable"}
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    header_timeout: float = 10.0
+    body_timeout: float = 10.0
+    max_connections: int = 1024
+    max_header_bytes: int = MAX_HEADER_BYTES
+    max_headers: int = MAX_HEADERS
+
+    def __post_init__(self) -> None:
+        for name in ("header_timeout", "body_timeout", "max_connections"):
+            if getattr(self, name) <= 0:
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{flag} must be > 0, got {getattr(self, name)}")
+
+
+def head_refusal(
+    url: bytes, headers: Sequence[tuple[bytes, bytes]], limits: ConnectionLimits
+) -> str:
+    """Why a complete request head is refused with 431 ('' when it is not)."""
+    if len(headers) > limits.max_headers:
+        return f"more than {limits.max_headers} request headers"
+    size = len(url) + sum(len(name) + len(value) for name, value in headers)
+    if size > limits.max_header_bytes:
+        return f"request head over {limits.max_header_bytes} bytes"
+    return ""
+
+
+def body_time_left(last_progress: float, now: float, timeout: float) -> float:
+    """Seconds a body that last made progress at ``last_progress`` may still stall."""
+    return last_progress + timeout - now
+
+
+def error_response(status: int, message: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> bytes:
+    """A whole HTTP/1.1 response, OpenAI-shaped like every other error, closing the connection."""
+    body = orjson.dumps(error_body(message, _TYPES.get(status, "invalid_request_error"), status))
+    head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n".encode()]
+    head += [name + b": " + value + b"\r\n" for name, value in headers]
+    head.append(
+        b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+        % len(body)
+    )
+    return b"".join(head) + body
+
+
+def _warn(status: int, message: str) -> None:
+    _warnings.setdefault(status, RateLimitedLog(log, interval=5.0)).warning(f"{status}: {message}")
+
+
+try:  # uvicorn[standard] brings httptools; without it uvicorn's h11 runs, without these limits
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # pragma: no cover - a dependency
+    HttpToolsProtocol = None  # type: ignore[assignment,misc]
+
+
+def http_protocol(limits: ConnectionLimits) -> Any:
+    """What ``uvicorn.Config(http=...)`` takes: the protocol class enforcing ``limits``."""
+    if HttpToolsProtocol is None:  # pragma: no cover
+        log.warning("httptools is not installed: connection deadlines and limits are off")
+        return "auto"
+    return type("EmberHttpProtocol", (DeadlineProtocol,), {"limits": limits})
+
+
+class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
+    """uvicorn's httptools protocol with the deadlines and limits of ``limits``.
+
+    One timer slot per connection: the head deadline while waiting for a request's head,
+    the body deadline while its body arrives, none while the application answers.
+    """
+
+    limits: ClassVar[ConnectionLimits] = ConnectionLimits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline: TimerHandle | None = None
+        self._in_head = False  # a request's first byte came, its head is not complete
+        self._messages = 0  # requests begun: tells a chunk that started a new head
+        self._head_bytes = 0  # bytes of chunks wholly inside one head (a memory bound)
+        self._in_body = False
+        self._body_progress = 0.0
+        self._done = False  # answered (408/431/503) and closing: parse nothing more
+
+    # Connection lifetime
+
+    def connection_made(self, transport: Transport) -> None:  # type: ignore[override]
+        if len(self.server_state.connections) >= self.limits.max_connections:
+            self.transport = transport
+            self._done = True
+            message = f"over --max-connections {self.limits.max_connections}"
+            _warn(503, f"connection refused: {message}")
+            transport.write(error_response(503, message, self.server_state.default_headers))
+            transport.close()
+            return
+        super().connection_made(transport)
+        self._await_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_deadline()
+        if self.flow is None:  # refused in connection_made: uvicorn never saw it
+            return
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        messages, continuing = self._messages, self._in_head
+        super().data_received(data)
+        # A head sent in many chunks is parsed (and buffered) as it comes: bound it here,
+        # counting chunks that neither began nor ended it (so never a body's bytes).
+        if continuing and self._in_head and messages == self._messages and not self._done:
+            self._head_bytes += len(data)
+            if self._head_bytes > self.limits.max_header_bytes:
+                self._answer(431, f"request head over {self.limits.max_header_bytes} bytes")
+
+    def handle_websocket_upgrade(self) -> None:
+        self._cancel_deadline()  # the connection is the WebSocket protocol's from here
+        self._in_body = False
+        super().handle_websocket_upgrade()
+
+    # Parser callbacks
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._messages += 1
+        self._head_bytes = 0
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        if self._done:
+            return
+        refusal = head_refusal(self.url, self.headers, self.limits)
+        if refusal:
+            self._answer(431, refusal)
+            return
+        super().on_headers_complete()
+        self._in_body = True
+        self._body_progress = self.loop.time()
+        self._set_deadline(self.limits.body_timeout, self._body_deadline)
+
+    def on_body(self, body: bytes) -> None:
+        if self._done:
+            return
+        self._body_progress = self.loop.time()
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._done:
+            return
+        if self._in_body:
+            self._in_body = False
+            self._cancel_deadline()
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        waiting = not self.pipeline  # else the next request's head is already here
+        super().on_response_complete()
+        if waiting and not self.transport.is_closing():
+            self._await_head()
+
+    # Deadlines
+
+    def _set_deadline(self, delay: float, callback: Any) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(delay, callback)
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _await_head(self) -> None:
+        self._in_body = False
+        self._set_deadline(self.limits.header_timeout, self._head_deadline)
+
+    def _head_deadline(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        if self._in_head:
+            self._answer(408, f"request head not complete within {self.limits.header_timeout:g}s")
+        else:  # not a byte of a request: nobody to answer
+            self._done = True
+            self.transport.close()
+
+    def _body_deadline(self) -> None:
+        self._deadline = None
+        if not self._in_body or self.transport.is_closing():
+            return
+        now = self.loop.time()
+        if self.flow.read_paused:  # the server stopped reading, not the client sending
+            self._body_progress = now
+        left = body_time_left(self._body_progress, now, self.limits.body_timeout)
+        if left > 0:
+            self._deadline = self.loop.call_later(left, self._body_deadline)
+            return
+        self._answer(408, f"request body stalled for {self.limits.body_timeout:g}s")
+
+    def _answer(self, status: int, message: str) -> None:
+        """Answer ``status`` (unless a response already began) and close the connection."""
+        self._done = True
+        self._in_body = False
+        self._cancel_deadline()
+        _warn(status, message)
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            started = cycle.response_started
+            # The application's receive() now returns http.disconnect and its sends are
+            # dropped: the connection is no longer its to answer.
+            cycle.disconnected = True
+            cycle.keep_alive = False
+            cycle.message_event.set()
+            if started:
+                self.transport.close()
+                return
+        self.transport.write(error_response(status, message, self.server_state.default_headers))
+        self.transport.close()

@@ -1,0 +1,304 @@
+"""Connection deadlines and limits on a real `ember serve`, driven by raw sockets.
+
+Every wait is bounded: a socket's reads time out, and each loop has a count and a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from ember.api.connections import ConnectionLimits, body_time_left, head_refusal
+from tests.support import ServerProcess, start_server
+
+HEADER_TIMEOUT = 1.0
+BODY_TIMEOUT = 1.0
+MAX_CONNECTIONS = 8
+MARGIN = 1.5  # scheduling slack on a loaded 2-core CI machine
+
+EMBED = b'{"input": "The cat sat on the mat."}'
+
+
+@pytest.fixture(scope="module")
+def short() -> Iterator[ServerProcess]:
+    """Short deadlines, so that each is seen within a second."""
+    with start_server(
+        [
+            "--header-timeout",
+            str(HEADER_TIMEOUT),
+            "--body-timeout",
+            str(BODY_TIMEOUT),
+            "--max-connections",
+            str(MAX_CONNECTIONS),
+        ]
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def capped() -> Iterator[ServerProcess]:
+    """A small connection cap and deadlines long enough for idle sockets to hold it."""
+    with start_server(
+        ["--header-timeout", "60", "--max-connections", str(MAX_CONNECTIONS)]
+    ) as server:
+        yield server
+
+
+def _connect(server: ServerProcess, timeout: float = 5.0) -> socket.socket:
+    host, port = server.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _read_until_closed(sock: socket.socket, limit: float = 10.0) -> bytes:
+    """All the server sends until it closes (a reset counts as closed), within ``limit``."""
+    data, deadline = b"", time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except (ConnectionResetError, BrokenPipeError):
+            return data
+        except TimeoutError:
+            continue
+        if not chunk:
+            return data
+        data += chunk
+    raise AssertionError(f"connection still open after {limit}s; got {data[:200]!r}")
+
+
+def _read_response(sock: socket.socket, limit: float = 30.0) -> tuple[int, bytes]:
+    """(status, body) of one Content-Length response, leaving the connection open."""
+    data, deadline = b"", time.monotonic() + limit
+    while time.monotonic() < deadline:
+        head, sep, body = data.partition(b"\r\n\r\n")
+        if sep:
+            length = next(
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            if len(body) >= length:
+                return int(head.split(b" ", 2)[1]), body[:length]
+        chunk = sock.recv(65536)
+        assert chunk, f"closed mid-response: {data[:200]!r}"
+        data += chunk
+    raise AssertionError(f"no whole response within {limit}s: {data[:200]!r}")
+
+
+def _status(response: bytes) -> int:
+    assert response.startswith(b"HTTP/1.1 "), response[:200]
+    return int(response.split(b" ", 2)[1])
+
+
+def _embed_request(body: bytes = EMBED, length: int | None = None) -> bytes:
+    return (
+        b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % (len(body) if length is None else length)
+    )
+
+
+def _trickle(sock: socket.socket, pieces: list[bytes], gap: float) -> None:
+    """Send ``pieces`` ``gap`` seconds apart, stopping quietly once the server has closed."""
+    for piece in pieces:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(piece)
+        time.sleep(gap)
+
+
+# The decisions, alone
+
+
+def test_head_refusal_counts_headers_and_bytes() -> None:
+    limits = ConnectionLimits(max_header_bytes=100, max_headers=3)
+    assert head_refusal(b"/", [(b"host", b"x")] * 3, limits) == ""
+    assert "more than 3" in head_refusal(b"/", [(b"host", b"x")] * 4, limits)
+    assert "over 100 bytes" in head_refusal(b"/" * 90, [(b"host", b"xxxxxxx")], limits)
+
+
+def test_body_time_left_runs_from_the_last_progress() -> None:
+    assert body_time_left(last_progress=10.0, now=10.4, timeout=1.0) == pytest.approx(0.6)
+    assert body_time_left(last_progress=10.0, now=11.5, timeout=1.0) < 0
+
+
+def test_limits_must_be_positive() -> None:
+    from ember.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--header-timeout"):
+        ConnectionLimits(header_timeout=0)
+
+
+# Deadlines
+
+
+def test_idle_sockets_are_closed_by_the_header_timeout(short: ServerProcess) -> None:
+    start = time.monotonic()
+    socks = [_connect(short) for _ in range(5)]  # under the cap: each is accepted
+    try:
+        for sock in socks:
+            assert _read_until_closed(sock, HEADER_TIMEOUT + MARGIN + 5) == b""  # silent close
+        elapsed = time.monotonic() - start
+        assert HEADER_TIMEOUT - 0.2 <= elapsed <= HEADER_TIMEOUT + MARGIN, elapsed
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_slow_headers_are_cut_with_408(short: ServerProcess) -> None:
+    with _connect(short) as sock:
+        start = time.monotonic()
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n")
+        # a header a byte every 0.1 s (one byte a second is the attack; this is quicker)
+        sock.settimeout(0.1)
+        response, deadline = b"", start + HEADER_TIMEOUT + MARGIN + 3
+        for _ in range(100):
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(b"X")
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                assert time.monotonic() < deadline, "never cut"
+                continue
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            response += chunk
+        elapsed = time.monotonic() - start
+    assert _status(response) == 408
+    assert b'"code":408' in response and b"connection: close" in response
+    assert HEADER_TIMEOUT - 0.2 <= elapsed <= HEADER_TIMEOUT + MARGIN, elapsed
+
+
+def test_header_timeout_restarts_after_each_response(short: ServerProcess) -> None:
+    """On keep-alive the next head is due header-timeout after the previous response."""
+    with _connect(short) as sock:
+        for _ in range(3):  # spread over more than one header-timeout in all
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n")
+            time.sleep(HEADER_TIMEOUT / 2)
+            sock.sendall(b"\r\n")
+            assert _read_response(sock)[0] == 200
+        ended = time.monotonic()
+        sock.sendall(b"GET /health HTTP/1.1\r\n")  # and then nothing more
+        response = _read_until_closed(sock, HEADER_TIMEOUT + MARGIN + 5)
+        elapsed = time.monotonic() - ended
+    assert _status(response) == 408
+    assert HEADER_TIMEOUT - 0.2 <= elapsed <= HEADER_TIMEOUT + MARGIN, elapsed
+
+
+def test_idle_keep_alive_connection_is_closed(short: ServerProcess) -> None:
+    with _connect(short) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert _read_response(sock)[0] == 200
+        ended = time.monotonic()
+        assert _read_until_closed(sock, HEADER_TIMEOUT + MARGIN + 5) == b""
+        assert time.monotonic() - ended <= HEADER_TIMEOUT + MARGIN
+
+
+def test_short_body_gets_408(short: ServerProcess) -> None:
+    with _connect(short) as sock:
+        start = time.monotonic()
+        sock.sendall(_embed_request(length=10) + b'{"i')  # 3 of the 10 bytes declared
+        response = _read_until_closed(sock, BODY_TIMEOUT + MARGIN + 5)
+        elapsed = time.monotonic() - start
+    assert _status(response) == 408
+    assert b"request body stalled" in response
+    assert BODY_TIMEOUT - 0.2 <= elapsed <= BODY_TIMEOUT + MARGIN, elapsed
+
+
+def test_slow_body_that_keeps_coming_is_served(short: ServerProcess) -> None:
+    """The body deadline is on progress, not on the whole body."""
+    pieces = [EMBED[i : i + 10] for i in range(0, len(EMBED), 10)]
+    gap = BODY_TIMEOUT * 0.6  # the body takes about 2.4 body-timeouts in all
+    with _connect(short) as sock:
+        sock.sendall(_embed_request())
+        _trickle(sock, pieces, gap)
+        status, body = _read_response(sock)
+    assert status == 200, body
+    assert len(pieces) * gap > BODY_TIMEOUT * 2
+
+
+# Header limits
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"".join(b"X-N%d: v\r\n" % i for i in range(150)),  # too many
+        b"X-Big: " + b"a" * 20_000 + b"\r\n",  # too large
+    ],
+    ids=["count", "size"],
+)
+def test_oversized_headers_get_431(short: ServerProcess, head: bytes) -> None:
+    with _connect(short) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n" + head + b"\r\n")
+        response = _read_until_closed(sock)
+    assert _status(response) == 431
+    assert b'"code":431' in response
+
+
+def test_a_head_streamed_past_the_limit_is_cut_before_it_ends(short: ServerProcess) -> None:
+    """A head arriving in many chunks is refused once it passes the cap, not buffered on."""
+    with _connect(short) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\nX-Big: ")
+        _trickle(sock, [b"a" * 4096] * 8, gap=0.02)  # 32 KiB, never ended
+        response = _read_until_closed(sock, HEADER_TIMEOUT + MARGIN + 5)
+    assert _status(response) == 431
+
+
+def test_ordinary_headers_are_served(short: ServerProcess) -> None:
+    head = b"".join(b"X-N%d: %s\r\n" % (i, b"v" * 100) for i in range(50))  # ~5.5 KiB
+    with _connect(short) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n" + head + b"\r\n")
+        assert _read_response(sock)[0] == 200
+
+
+# Connection cap
+
+
+def test_connection_cap_refuses_new_connections_and_serves_open_ones(
+    capped: ServerProcess,
+) -> None:
+    keep = _connect(capped)
+    fillers: list[socket.socket] = []
+    refused: list[socket.socket] = []
+    try:
+        keep.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert _read_response(keep)[0] == 200
+        fillers = [_connect(capped) for _ in range(MAX_CONNECTIONS - 1)]
+        time.sleep(0.3)  # let the server take them all before the ones past the cap
+        refused = [_connect(capped) for _ in range(4)]  # the 9th..12th
+        for sock in refused:
+            response = _read_until_closed(sock, 5)
+            assert response == b"" or _status(response) == 503, response[:200]
+            assert response == b"" or b"--max-connections" in response
+        # the open connection is still served, a model route included
+        keep.sendall(_embed_request() + EMBED)
+        status, body = _read_response(keep)
+        assert status == 200, body
+        keep.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert _read_response(keep)[0] == 200
+        # fillers still open: not closed by the cap
+        for sock in fillers:
+            sock.settimeout(0.05)
+            with pytest.raises(TimeoutError):
+                sock.recv(1)
+        # once connections close, new ones are accepted again
+        for sock in fillers:
+            sock.close()
+        status, deadline = 0, time.monotonic() + 10
+        while status != 200 and time.monotonic() < deadline:
+            with _connect(capped) as fresh:
+                fresh.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+                with contextlib.suppress(AssertionError, ConnectionResetError):
+                    status = _read_response(fresh, 5)[0]
+            if status != 200:
+                time.sleep(0.1)
+        assert status == 200
+    finally:
+        for sock in (keep, *fillers, *refused):
+            sock.close()
