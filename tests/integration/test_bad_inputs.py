@@ -47,9 +47,9 @@ CASES = [
         says="encoding_format",
     ),
     Case(
-        "dimensions zero",
+        "dimensions negative",  # 0 is full size (Infinity's meaning, SPEC-NOTES)
         E,
-        {"model": "minilm", "input": "a", "dimensions": 0},
+        {"model": "minilm", "input": "a", "dimensions": -3},
         400,
         says="dimensions",
     ),
@@ -207,3 +207,19 @@ def test_flags_take_true_or_false_only(server) -> None:  # type: ignore[no-untyp
             ).status_code
             == 200
         )
+
+
+def test_infinity_client_defaults_dimensions_0_and_modality_text(server) -> None:  # type: ignore[no-untyped-def]
+    """Infinity's generated client sends `dimensions: 0` (full size) and `modality: text`
+    with every request (SPEC-NOTES); a negative size is still refused."""
+    with server.client() as client:
+        body = {"model": "minilm", "input": ["a cat"], "dimensions": 0, "modality": "text"}
+        full = client.post("/v1/embeddings", json=body)
+        assert full.status_code == 200 and len(full.json()["data"][0]["embedding"]) == 384
+        tei = client.post("/embed", json={"model": "minilm", "inputs": "a cat", "dimensions": 0})
+        assert tei.status_code == 200 and len(tei.json()[0]) == 384
+        bad = client.post("/v1/embeddings", json={**body, "dimensions": -1})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "dimensions"
+        image = client.post("/v1/embeddings", json={**body, "modality": "image"})
+        assert image.status_code == 400 and "embeds text" in image.json()["error"]["message"]
+        assert client.get("/health").status_code == 200

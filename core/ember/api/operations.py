@@ -91,9 +91,15 @@ async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, lim
             f"{engine.name!r} returns sparse ones (indices and values): send float",
             param="encoding_format",
         )
+    if body.modality != "text":
+        raise BadRequest(
+            f"modality {body.modality!r} needs an {body.modality} model; model "
+            f"{engine.name!r} embeds text",
+            param="modality",
+        )
     result = await engine.embed(
         inputs,
-        dimensions=body.dimensions,
+        dimensions=body.dimensions or None,  # 0: full size, as Infinity means it
         truncate=body.truncate,
         **input_type_options(engine, body.input_type),
     )
@@ -123,7 +129,7 @@ async def tei_embed(engines: EngineArray, body: s.TEIEmbedRequest, limit: int) -
         texts,
         output="dense",
         normalize=body.normalize,
-        dimensions=body.dimensions,
+        dimensions=body.dimensions or None,  # 0: full size, as Infinity means it
         truncate=body.truncate,
         truncation_direction=body.truncation_direction.lower(),  # type: ignore[arg-type]
         prompt_name=body.prompt_name,

@@ -1,7 +1,7 @@
 """Request bodies of the OpenAI-, Cohere- and TEI-compatible routes.
 
-Responses are plain dicts serialised by orjson (numpy arrays included), so only
-requests are modelled here; the response shapes are documented in the README.
+Responses are plain dicts serialised by orjson (numpy arrays included); their shapes are
+described for the OpenAPI schema in ``ember.api.responses``.
 """
 
 from __future__ import annotations
@@ -37,9 +37,14 @@ class EmbeddingsRequest(_Body):
         "float", description="base64: little-endian float32 bytes."
     )
     dimensions: int | None = Field(
-        None, description="Matryoshka: keep the first N values, then re-normalise."
+        None,
+        description="Matryoshka: keep the first N values, then re-normalise; 0 or null: all "
+        "(Infinity's client sends 0).",
     )
     user: str | None = None
+    modality: Literal["text", "image", "audio"] = Field(
+        "text", description="Infinity's field: what `input` holds. This server embeds text."
+    )
     truncate: StrictBool = Field(
         True, description="Cut text past the model's max tokens (else 400)."
     )
