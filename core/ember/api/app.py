@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import Body, FastAPI, Request
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import Discriminator, Tag, TypeAdapter
 from starlette.datastructures import State
@@ -22,6 +22,7 @@ from starlette.datastructures import State
 import ember
 from ember.api import cohere, tei
 from ember.api import operations as ops
+from ember.api import responses as r
 from ember.api import schemas as s
 from ember.api.errors import client_gone_response, error_response, install_error_handlers
 from ember.api.fastpath import ModelRouteFastPath
@@ -59,6 +60,8 @@ class ModelRoute:
     operation: Operation
     summary: str
     tag: str
+    answer: Any  # the 200 body's model, for the schema (the operation builds the bytes)
+    errors: tuple[int, ...] = r.MODEL_ERRORS  # every other status it can answer
 
     @cached_property
     def adapter(self) -> TypeAdapter[Any]:
@@ -73,6 +76,7 @@ ROUTES = (
         ops.openai_embeddings,
         "Create embeddings (OpenAI-compatible)",
         "OpenAI",
+        r.EmbeddingsResponse,
     ),
     ModelRoute(
         ("/v1/rerank", "/v2/rerank"),
@@ -80,6 +84,7 @@ ROUTES = (
         ops.cohere_rerank,
         "Rerank documents (Cohere-compatible)",
         "Cohere",
+        r.RerankResponse,
     ),
     ModelRoute(
         ("/rerank",),
@@ -87,6 +92,7 @@ ROUTES = (
         rerank_either,
         "Rerank: Cohere body (`documents`) or TEI body (`texts`)",
         "Cohere / TEI",
+        r.AnyRerankResponse,
     ),
     ModelRoute(
         ("/v1/embed",),
@@ -94,6 +100,7 @@ ROUTES = (
         cohere.cohere_embed,
         "Embed with output types (Cohere v1-compatible)",
         "Cohere",
+        r.CohereEmbedResponse,
     ),
     ModelRoute(
         ("/v2/embed",),
@@ -101,22 +108,39 @@ ROUTES = (
         cohere.cohere_embed,
         "Embed with output types (Cohere v2-compatible)",
         "Cohere",
+        r.CohereEmbedResponse,
     ),
-    ModelRoute(("/classify",), s.ClassifyRequest, ops.classify, "Classify texts", "Classify"),
+    ModelRoute(
+        ("/classify",),
+        s.ClassifyRequest,
+        ops.classify,
+        "Classify texts",
+        "Classify",
+        r.ClassifyResponse,
+    ),
     ModelRoute(
         ("/predict",),
         s.TEIPredictRequest,
         ops.tei_predict,
         "Classify texts (TEI-compatible)",
         "TEI",
+        r.TEIPredictResponse,
     ),
-    ModelRoute(("/embed",), s.TEIEmbedRequest, ops.tei_embed, "Embed (TEI-compatible)", "TEI"),
+    ModelRoute(
+        ("/embed",),
+        s.TEIEmbedRequest,
+        ops.tei_embed,
+        "Embed (TEI-compatible)",
+        "TEI",
+        r.TEIEmbedResponse,
+    ),
     ModelRoute(
         ("/embed_sparse",),
         s.TEIEmbedOutputRequest,
         ops.tei_embed_sparse,
         "Sparse embeddings: SPLADE, BGE-M3 (TEI-compatible)",
         "TEI",
+        r.TEIEmbedSparseResponse,
     ),
     ModelRoute(
         ("/embed_all",),
@@ -124,12 +148,25 @@ ROUTES = (
         ops.tei_embed_all,
         "Multi-vector embeddings: ColBERT, BGE-M3 (TEI-compatible)",
         "TEI",
+        r.TEIEmbedAllResponse,
     ),
     ModelRoute(
-        ("/tokenize",), s.TEITokenizeRequest, tei.tokenize, "Tokenize (TEI-compatible)", "TEI"
+        ("/tokenize",),
+        s.TEITokenizeRequest,
+        tei.tokenize,
+        "Tokenize (TEI-compatible)",
+        "TEI",
+        r.TokenizeResponse,
+        r.TOKENIZER_ERRORS,
     ),
     ModelRoute(
-        ("/decode",), tei.DecodeRequest, tei.decode, "Token ids to text (TEI-compatible)", "TEI"
+        ("/decode",),
+        tei.DecodeRequest,
+        tei.decode,
+        "Token ids to text (TEI-compatible)",
+        "TEI",
+        r.DecodeResponse,
+        r.TOKENIZER_ERRORS,
     ),
     ModelRoute(
         ("/similarity",),
@@ -137,6 +174,7 @@ ROUTES = (
         tei.similarity,
         "Sentence similarity: cosine of a source sentence to others (TEI-compatible)",
         "TEI",
+        r.SimilarityResponse,
     ),
     ModelRoute(
         ("/",),
@@ -144,6 +182,7 @@ ROUTES = (
         tei.root,
         "By the body and the model's kind: embed, predict, rerank or similarity (TEI-compatible)",
         "TEI",
+        r.RootResponse,
     ),
 )
 
@@ -308,29 +347,70 @@ def create_app(
                 methods=["POST"],
                 summary=route.summary,
                 tags=[route.tag],
-                response_class=Response,
+                response_class=Response,  # run_operation's orjson bytes, documented only:
+                responses={
+                    200: {
+                        "model": route.answer,
+                        "description": "Success",
+                        "headers": r.TIMING_HEADERS,
+                    },
+                    **r.error_responses(route.errors),
+                },
             )
 
-    @app.get("/v1/models", tags=["OpenAI"], summary="Served models")
+    guarded = r.error_responses((401,))  # behind the API key, as every model route
+    down = r.error_responses((503,))
+
+    @app.get(
+        "/v1/models",
+        tags=["OpenAI"],
+        summary="Served models",
+        response_class=Response,
+        responses={200: {"model": r.ModelsResponse, "description": "Success"}, **guarded},
+    )
     @app.get("/models", include_in_schema=False)
     async def models() -> Response:
         return _json(ops.models_list(engines))
 
-    @app.get("/info", tags=["TEI"], summary="Model and server facts (TEI-compatible)")
+    @app.get(
+        "/info",
+        tags=["TEI"],
+        summary="Model and server facts (TEI-compatible)",
+        response_class=Response,
+        responses={200: {"model": r.InfoResponse, "description": "Success"}, **guarded},
+    )
     async def info() -> Response:
         return _json(ops.tei_info(engines, ember.__version__, settings.max_client_batch_size))
 
-    @app.get("/health", tags=["Operations"], summary="Alive (200) unless loading failed")
+    @app.get(
+        "/health",
+        tags=["Operations"],
+        summary="Alive (200) unless loading failed",
+        response_class=Response,
+        responses={200: {"model": r.HealthResponse, "description": "Alive"}, **down},
+    )
     async def health() -> Response:
         if app.state.load_error is not None:
             return _load_failed(app.state.load_error)
         return _json({"status": "ok"})
 
-    @app.get("/ready", tags=["Operations"], summary="200 once every model is loaded and warm")
+    @app.get(
+        "/ready",
+        tags=["Operations"],
+        summary="200 once every model is loaded and warm",
+        response_class=Response,
+        responses={200: {"model": r.ReadyResponse, "description": "Ready"}, **down},
+    )
     async def ready() -> Response:
         return app.readiness()
 
-    @app.get("/metrics", tags=["Operations"], summary="Prometheus metrics")
+    @app.get(
+        "/metrics",
+        tags=["Operations"],
+        summary="Prometheus metrics",
+        response_class=PlainTextResponse,  # documents text/plain; the exposition format
+        responses={200: {"description": "Prometheus text exposition format"}},
+    )
     async def metrics() -> Response:
         return Response(generate_latest(engines.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -1,0 +1,122 @@
+"""The OpenAPI schema tells the truth: every route lists the statuses it can answer with
+the one error shape, and every documented 200 model fits what the route really answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import TypeAdapter
+
+from ember.api import responses as r
+from ember.api.app import ROUTES, ROUTES_BY_PATH, create_app
+from ember.config import settings_from_env
+from tests.integration.test_fastpath_parity import BODIES, engines  # noqa: F401 (fixture)
+
+ERROR_REF = "#/components/schemas/ErrorResponse"
+GETS = {
+    "/v1/models": (r.ModelsResponse, {401}),
+    "/info": (r.InfoResponse, {401}),
+    "/health": (r.HealthResponse, {503}),
+    "/ready": (r.ReadyResponse, {503}),
+}
+# Bodies past BODIES: the other shapes a route answers.
+MORE_BODIES: list[tuple[str, dict[str, Any]]] = [
+    ("/rerank", {"model": "reranker", "query": "q", "documents": [{"text": "a"}, "b"]}),
+    (
+        "/v1/rerank",
+        {"model": "reranker", "query": "q", "documents": ["a", "b"], "return_documents": True},
+    ),
+    ("/predict", {"model": "classifier", "inputs": ["good", "bad"], "raw_scores": True}),
+    ("/v1/embed", {"model": "minilm", "texts": ["a"], "embedding_types": ["float", "uint8"]}),
+    ("/v1/embed", {"model": "minilm", "texts": ["a"], "embedding_types": ["binary"]}),
+    ("/", {"model": "minilm", "inputs": ["a", "b"]}),
+    ("/", {"model": "classifier", "inputs": "good"}),
+    ("/", {"model": "reranker", "query": "q", "texts": ["a", "b"]}),
+    ("/", {"model": "minilm", "inputs": {"source_sentence": "a", "sentences": ["b"]}}),
+    ("/tokenize", {"model": "minilm", "inputs": ["a", "b"], "add_special_tokens": False}),
+    ("/decode", {"model": "minilm", "ids": [101, 102]}),
+]
+
+
+def _spec() -> dict[str, Any]:
+    return create_app(settings_from_env(model_id="unused")).openapi()
+
+
+def _documented(adapter: TypeAdapter[Any], body: Any) -> Any:
+    """The body as the model reads it back: equal to the body when every field of it is
+    documented (pydantic ignores unknown fields; this finds them)."""
+    parsed = adapter.validate_python(body)
+    return adapter.dump_python(parsed, mode="json", by_alias=True, exclude_unset=True)
+
+
+def test_every_route_lists_its_statuses_with_the_error_shape() -> None:
+    spec = _spec()
+    for route in ROUTES:
+        for path in route.paths:
+            responses = spec["paths"][path]["post"]["responses"]
+            assert set(responses) == {"200", *map(str, route.errors)}, path
+            for status in route.errors:
+                content = responses[str(status)]["content"]
+                assert content == {"application/json": {"schema": {"$ref": ERROR_REF}}}, path
+            assert "x-total-time" in responses["200"]["headers"]
+            assert "WWW-Authenticate" in responses["401"]["headers"]
+            if "429" in responses:
+                assert "Retry-After" in responses["429"]["headers"]
+    for path, (_, errors) in GETS.items():
+        responses = spec["paths"][path]["get"]["responses"]
+        assert set(responses) == {"200", *map(str, errors)}, path
+        for status in errors:
+            assert responses[str(status)]["content"]["application/json"]["schema"] == {
+                "$ref": ERROR_REF
+            }
+    metrics = spec["paths"]["/metrics"]["get"]["responses"]
+    assert set(metrics) == {"200"}
+    assert list(metrics["200"]["content"]) == ["text/plain"]
+    # FastAPI's own 422 shape ({"detail": [...]}) is never answered, so never documented.
+    assert "HTTPValidationError" not in spec["components"]["schemas"]
+
+
+def test_model_route_statuses_come_from_the_route_table() -> None:
+    assert ROUTES_BY_PATH["/tokenize"].errors == r.TOKENIZER_ERRORS
+    assert 429 in ROUTES_BY_PATH["/v1/embeddings"].errors
+    assert all(set(route.errors) <= set(r.ERROR_DESCRIPTIONS) for route in ROUTES)
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_documented_models_fit_real_answers(engines: Any) -> None:  # noqa: F811
+    settings, array = engines
+    app = create_app(settings.model_copy(update={"api_key": "k"}), array)
+    auth = {"Authorization": "Bearer k"}
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", headers=auth) as c:
+        for path, body in [*BODIES.items(), *MORE_BODIES]:
+            answer = await c.post(path, json=body)
+            assert answer.status_code == 200, (path, answer.text)
+            adapter = TypeAdapter(ROUTES_BY_PATH[path].answer)
+            assert _documented(adapter, answer.json()) == answer.json(), (path, body)
+        for path, (model, _) in GETS.items():
+            answer = await c.get(path)
+            assert answer.status_code == 200, path
+            assert _documented(TypeAdapter(model), answer.json()) == answer.json(), path
+        metrics = await c.get("/metrics")
+        assert metrics.headers["content-type"].startswith("text/plain")
+
+        errors = TypeAdapter(r.ErrorResponse)
+        wrong = [
+            (await c.post("/v1/embeddings", json={"model": "nope", "input": "a"}), 404),
+            (await c.post("/embed", json={"model": "minilm", "inputs": []}), 422),
+            (
+                await c.post("/embed", content=b"{", headers={"content-type": "application/json"}),
+                400,
+            ),
+            (await c.post("/embed_sparse", json={"model": "minilm", "inputs": "a"}), 400),
+            (await c.post("/embed", json={"model": "minilm", "inputs": ["a"] * 10_000}), 413),
+            (await c.post("/tokenize", json={"inputs": "a"}, headers={"Authorization": "x"}), 401),
+            (await c.get("/v1/models", headers={"Authorization": "Bearer no"}), 401),
+        ]
+    for answer, status in wrong:
+        assert answer.status_code == status, answer.text
+        assert _documented(errors, answer.json()) == answer.json()
+        assert answer.json()["error"]["code"] == status
