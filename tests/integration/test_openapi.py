@@ -120,3 +120,28 @@ async def test_documented_models_fit_real_answers(engines: Any) -> None:  # noqa
         assert answer.status_code == status, answer.text
         assert _documented(errors, answer.json()) == answer.json()
         assert answer.json()["error"]["code"] == status
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_integers_are_integers(engines: Any) -> None:  # noqa: F811
+    """The schema says integer: true, "3" or 2.0 is 422, not read as 1, 3 or 2 (found by
+    schemathesis' negative cases: `/embed` answered `dimensions: true` with a 1-d vector)."""
+    settings, array = engines
+    fields = [
+        ("/embed", {"model": "minilm", "inputs": "a"}, "dimensions"),
+        ("/v1/embeddings", {"model": "minilm", "input": "a"}, "dimensions"),
+        ("/v1/rerank", {"model": "reranker", "query": "q", "documents": ["a"]}, "top_n"),
+        ("/v2/embed", {"model": "minilm", "texts": ["a"]}, "output_dimension"),
+        ("/v2/embed", {"model": "minilm", "texts": ["a"]}, "max_tokens"),
+        ("/", {"model": "classifier", "inputs": "a", "parameters": {}}, "parameters.top_k"),
+        ("/decode", {"model": "minilm"}, "ids"),
+    ]
+    transport = httpx.ASGITransport(app=create_app(settings, array))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        for path, body, field in fields:
+            for value in (True, "3", 2.0):
+                sent = {**body, "parameters": {"top_k": value}} if "." in field else body
+                if "." not in field:
+                    sent = {**body, field: [value] if field == "ids" else value}
+                answer = await client.post(path, json=sent)
+                assert answer.status_code == 422, (path, field, value, answer.text)

@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from ember.api.operations import Reply, check_batch
-from ember.api.schemas import NonEmptyText, _Body
+from ember.api.schemas import NonEmptyText, StrictInt, _Body
 from ember.engine import Engine, EngineArray, Result
 from ember.errors import BadRequest
 from ember.heads.quantize import EmbeddingType, encode_embeddings, to_float
@@ -78,7 +78,7 @@ class CohereEmbedRequest(_Body):
         description="NONE: refuse over-long text (400); START: cut its start; END (default): "
         "cut its end.",
     )
-    output_dimension: int | None = Field(
+    output_dimension: StrictInt | None = Field(
         None, ge=1, description="Matryoshka: keep the first N values, then re-normalise."
     )
 
@@ -100,7 +100,7 @@ class CohereEmbedV2Request(CohereEmbedRequest):
     """Cohere ``POST /v2/embed``: always answers ``embeddings_by_type`` (float by default)."""
 
     inputs: list[Any] | None = Field(None, description="Refused: this server embeds text.")
-    max_tokens: int | None = Field(
+    max_tokens: StrictInt | None = Field(
         None, ge=1, description="Accepted when at least the model's max tokens (a no-op)."
     )
 

@@ -13,9 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, Strict
 NonEmptyText = Annotated[str, Field(min_length=1)]
 # true or false only: pydantic's lax bool would take 0, 1, "yes" or "off" for a flag.
 StrictBool = Annotated[bool, Strict()]
+# An integer only: the lax int would take true as 1, "3" as 3 and 2.0 as 2.
+StrictInt = Annotated[int, Strict()]
 # Cohere's input types; a model's own prompts (``query``, ``document``...) are chosen by them.
 InputType = Literal["search_query", "search_document", "classification", "clustering"]
-TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+TokenIds = Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=1)]
 
 
 class _Body(BaseModel):
@@ -36,7 +38,7 @@ class EmbeddingsRequest(_Body):
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="base64: little-endian float32 bytes."
     )
-    dimensions: int | None = Field(
+    dimensions: StrictInt | None = Field(
         None,
         description="Matryoshka: keep the first N values, then re-normalise; 0 or null: all "
         "(Infinity's client sends 0).",
@@ -65,7 +67,7 @@ class RerankRequest(_Body):
     query: NonEmptyText
     documents: Annotated[list[NonEmptyText | RerankDocument], Field(min_length=1)]
     model: str | None = None
-    top_n: int | None = Field(None, ge=1, description="Return only the best N.")
+    top_n: StrictInt | None = Field(None, ge=1, description="Return only the best N.")
     return_documents: StrictBool = False
     raw_scores: StrictBool = Field(False, description="Logits instead of sigmoid scores.")
     truncate: StrictBool = True
@@ -108,7 +110,7 @@ class TEIEmbedRequest(_Body):
     truncate: StrictBool = True
     truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
     prompt_name: str | None = None
-    dimensions: int | None = None
+    dimensions: StrictInt | None = None
     model: str | None = None
 
 

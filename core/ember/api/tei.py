@@ -37,7 +37,7 @@ from pydantic import Discriminator, Field, Tag
 from ember.api import operations as ops
 from ember.api import schemas as s
 from ember.api.operations import Reply, check_batch
-from ember.api.schemas import NonEmptyText, StrictBool, TokenIds, _Body
+from ember.api.schemas import NonEmptyText, StrictBool, StrictInt, TokenIds, _Body
 from ember.engine import Engine, EngineArray, Timings
 from ember.errors import BadRequest, NotReady
 from ember.heads.postprocess import sigmoid
@@ -78,7 +78,7 @@ class ClassificationParameters(_Body):
     """The Inference API's text-classification parameters (``InferenceClient`` sends them)."""
 
     function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
-    top_k: int | None = Field(None, ge=1)
+    top_k: StrictInt | None = Field(None, ge=1)
 
 
 class RootInputsRequest(s.TEIEmbedRequest):
