@@ -19,9 +19,10 @@ from pydantic import ValidationError
 
 from ember.api import operations as ops
 from ember.api import schemas as s
-from ember.api.app import ROUTES_BY_PATH, EmberApp, ModelRoute, create_app
+from ember.api.app import EmberApp, create_app
 from ember.api.errors import validation_message
 from ember.api.middleware import ASGIApp
+from ember.api.routes import ROUTES_BY_PATH, ModelRoute
 from ember.backends.choice import AUTO, choose_backend, exported_backend
 from ember.backends.registry import import_backend
 from ember.config import ServerSettings, settings_from_env

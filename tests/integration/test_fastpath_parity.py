@@ -9,7 +9,8 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from ember.api.app import ROUTES, create_app
+from ember.api.app import create_app
+from ember.api.routes import ROUTES
 from ember.config import settings_from_env
 from ember.engine import EngineArray
 

@@ -10,7 +10,8 @@ import pytest
 from pydantic import TypeAdapter
 
 from ember.api import responses as r
-from ember.api.app import ROUTES, ROUTES_BY_PATH, create_app
+from ember.api.app import create_app
+from ember.api.routes import ROUTES, ROUTES_BY_PATH
 from ember.config import settings_from_env
 from tests.integration.test_fastpath_parity import BODIES, engines  # noqa: F401 (fixture)
 

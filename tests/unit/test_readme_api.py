@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ember.api.app import ROUTES
+from ember.api.routes import ROUTES
 from tests.support import REPO
 
 

@@ -34,7 +34,7 @@ Runner = Callable[[State, Receive, Any, Any], Awaitable[Any]]
 
 
 class FastRoute(Protocol):
-    """What the fast path needs of a route (``ember.api.app.ModelRoute``)."""
+    """What the fast path needs of a route (``ember.api.routes.ModelRoute``)."""
 
     @property
     def adapter(self) -> TypeAdapter[Any]: ...

@@ -23,6 +23,7 @@ from ember.capabilities import ModelKind, Output
 from ember.engine.batcher import Batcher, padding_budget_for
 from ember.errors import BadRequest, ConfigError, NotReady, RequestTimeout
 from ember.heads import postprocess
+from ember.heads.base import Head
 from ember.heads.build import build_heads
 from ember.heads.scores import maxsim
 from ember.metrics import Metrics
@@ -93,7 +94,7 @@ class Engine:
         self.model: ResolvedModel | None = None
         self.backend: Backend | None = None
         self.processor: TextProcessor | None = None
-        self.heads: dict[Output, Any] = {}
+        self.heads: dict[Output, Head] = {}
         self.batcher: Batcher | None = None
         self._tokenize_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
         self.ready = False

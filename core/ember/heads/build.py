@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ember.capabilities import Output
 from ember.errors import ConfigError
+from ember.heads.base import Head
 from ember.heads.dense import DenseHead, LogitsHead
 from ember.heads.multivector import MultiVectorHead
 from ember.heads.sparse import LexicalWeightsHead, MlmHead, SpladeHead
 from ember.models.spec import ResolvedModel
+from ember.processors.text import declared_token_ids, load_tokenizer
 
 
 def read_tensors(path: Path, names: list[str] | None = None) -> dict[str, np.ndarray]:
@@ -93,7 +94,7 @@ def load_mlm_head(model: ResolvedModel) -> MlmHead:
     )
 
 
-def _colbert_heads(model: ResolvedModel) -> dict[Output, Any]:
+def _colbert_heads(model: ResolvedModel) -> dict[Output, Head]:
     """PyLate: the Dense module(s) after the Transformer, applied to each token state."""
     assert model.root is not None
     weight: np.ndarray | None = None
@@ -120,30 +121,12 @@ def _colbert_heads(model: ResolvedModel) -> dict[Output, Any]:
     return {"multi": MultiVectorHead(weight, bias)}
 
 
-def _special_ids(model: ResolvedModel, names: tuple[str, ...]) -> frozenset[int]:
-    """Ids of the tokenizer's ``cls_token``, ``eos_token``... that it defines."""
-    from ember.processors.text import load_tokenizer
-
-    tok = load_tokenizer(model.path)
-    declared: dict[str, Any] = {}
-    for file in ("tokenizer_config.json", "special_tokens_map.json"):
-        path = model.path / file
-        if path.exists():
-            declared.update(json.loads(path.read_text()))
-    ids = set()
-    for name in names:
-        value = declared.get(name)
-        token = value.get("content") if isinstance(value, dict) else value
-        if isinstance(token, str) and tok.token_to_id(token) is not None:
-            ids.add(int(tok.token_to_id(token)))
-    return frozenset(ids)
-
-
-def _bge_m3_heads(model: ResolvedModel) -> dict[Output, Any]:
+def _bge_m3_heads(model: ResolvedModel) -> dict[Output, Head]:
     assert model.root is not None
     colbert = read_tensors(model.root / "colbert_linear.pt")
     sparse = read_tensors(model.root / "sparse_linear.pt")
-    dropped = _special_ids(model, ("cls_token", "eos_token", "pad_token", "unk_token"))
+    names = ("cls_token", "eos_token", "pad_token", "unk_token")  # FlagEmbedding's unused ids
+    dropped = frozenset(declared_token_ids(load_tokenizer(model.path), model.path, names).values())
     return {
         "dense": DenseHead(model.pooling),
         "sparse": LexicalWeightsHead(sparse["weight"], sparse["bias"], dropped),
@@ -151,7 +134,7 @@ def _bge_m3_heads(model: ResolvedModel) -> dict[Output, Any]:
     }
 
 
-BUILDERS: dict[str, Callable[[ResolvedModel], dict[Output, Any]]] = {
+BUILDERS: dict[str, Callable[[ResolvedModel], dict[Output, Head]]] = {
     "dense": lambda m: {"dense": DenseHead(m.pooling)},
     "cross-encoder": lambda m: {"logits": LogitsHead()},
     "classifier": lambda m: {"logits": LogitsHead()},
@@ -161,6 +144,6 @@ BUILDERS: dict[str, Callable[[ResolvedModel], dict[Output, Any]]] = {
 }
 
 
-def build_heads(model: ResolvedModel) -> dict[Output, Any]:
+def build_heads(model: ResolvedModel) -> dict[Output, Head]:
     assert model.kind is not None
     return BUILDERS[model.kind.name](model)

@@ -21,7 +21,14 @@ from tokenizers import Tokenizer
 from ember.backends.base import TokenBatch
 from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel
-from ember.processors.text import Direction, TextTokenizer, Tokens, collate, load_tokenizer
+from ember.processors.text import (
+    Direction,
+    TextTokenizer,
+    Tokens,
+    collate,
+    declared_token_ids,
+    load_tokenizer,
+)
 
 
 class ColbertTokenizer:
@@ -45,7 +52,8 @@ class ColbertTokenizer:
         self._document_prefix = self._token_id(tok, cfg.get("document_prefix", "[D] "))
         self._mask_id = self._expansion_id(tok, model)
         words = cfg.get("skiplist_words", list(string.punctuation))
-        self._skip = self._skiplist_ids(tok, words, self._declared_id(tok, model, ("unk_token",)))
+        unk = declared_token_ids(tok, model.path, ("unk_token",)).get("unk_token")
+        self._skip = self._skiplist_ids(tok, words, unk)
         room = 1 if self._query_prefix is not None else 0
         self._query = TextTokenizer(model, self.query_length - room)
         room = 1 if self._document_prefix is not None else 0
@@ -71,27 +79,14 @@ class ColbertTokenizer:
         return frozenset(i if i is not None else unk for i in ids) - {None}
 
     @staticmethod
-    def _declared_id(tok: Tokenizer, model: ResolvedModel, keys: tuple[str, ...]) -> int | None:
-        """The id of the first of the tokenizer config's ``keys`` (mask_token, ...) it has."""
-        declared: dict = {}
-        for name in ("tokenizer_config.json", "special_tokens_map.json"):
-            file = model.path / name
-            if file.exists():
-                declared.update(json.loads(file.read_text(encoding="utf-8")))
-        for key in keys:
-            value = declared.get(key)
-            token = value.get("content") if isinstance(value, dict) else value
-            if isinstance(token, str) and tok.token_to_id(token) is not None:
-                return int(tok.token_to_id(token))
-        return None
-
-    @classmethod
-    def _expansion_id(cls, tok: Tokenizer, model: ResolvedModel) -> int:
+    def _expansion_id(tok: Tokenizer, model: ResolvedModel) -> int:
         """PyLate pads query expansion with the tokenizer's [MASK] (else </s>, else pad)."""
-        found = cls._declared_id(tok, model, ("mask_token", "eos_token", "pad_token"))
-        if found is None:
-            raise ConfigError(f"{model.path}: no [MASK], </s> or pad token for query expansion")
-        return found
+        keys = ("mask_token", "eos_token", "pad_token")
+        found = declared_token_ids(tok, model.path, keys)
+        for key in keys:
+            if key in found:
+                return found[key]
+        raise ConfigError(f"{model.path}: no [MASK], </s> or pad token for query expansion")
 
     def _finish(self, tokens: Tokens, query: bool) -> Tokens:
         """Expansion (queries), the marker after [CLS], and the positions kept."""

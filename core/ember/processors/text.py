@@ -7,6 +7,7 @@ request overlaps with the forward pass of the current batch.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,23 @@ def load_tokenizer(path: Path) -> Tokenizer:
         return AutoTokenizer.from_pretrained(str(path), use_fast=True).backend_tokenizer
     except Exception as exc:
         raise ConfigError(f"{path} has no usable tokenizer (tokenizer.json): {exc}") from exc
+
+
+def declared_token_ids(tok: Tokenizer, path: Path, keys: Sequence[str]) -> dict[str, int]:
+    """The ids of the special tokens the tokenizer config names (``mask_token``,
+    ``unk_token``, ...), for each of ``keys`` it declares and the vocabulary holds."""
+    declared: dict = {}
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        file = path / name
+        if file.exists():
+            declared.update(json.loads(file.read_text(encoding="utf-8")))
+    found = {}
+    for key in keys:
+        value = declared.get(key)
+        token = value.get("content") if isinstance(value, dict) else value
+        if isinstance(token, str) and tok.token_to_id(token) is not None:
+            found[key] = int(tok.token_to_id(token))
+    return found
 
 
 class TextTokenizer:
@@ -181,13 +199,7 @@ class TextTokenizer:
         out = []
         room = self.max_length - len(self._prefix) - len(self._suffix)
         for seq in sequences:
-            bad = [t for t in seq if not 0 <= t < self.vocab_size]
-            if bad:
-                raise BadRequest(
-                    f"token id {bad[0]} is outside this model's vocabulary "
-                    f"(0..{self.vocab_size - 1})",
-                    param="input",
-                )
+            self._check_vocabulary(seq, "input")
             full = len(seq) + len(self._prefix) + len(self._suffix)
             if len(seq) > room and not truncate:
                 raise BadRequest(
@@ -197,6 +209,14 @@ class TextTokenizer:
             ids = self._prefix + list(seq[:room]) + self._suffix
             out.append(Tokens(ids, [0] * len(ids), full if len(seq) > room else None))
         return out
+
+    def _check_vocabulary(self, ids: Sequence[int], param: str) -> None:
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise BadRequest(
+                f"token id {bad[0]} is outside this model's vocabulary (0..{self.vocab_size - 1})",
+                param=param,
+            )
 
     def collate(self, tokens: Sequence[Tokens]) -> TokenBatch:
         return collate(tokens, self.pad_id)
@@ -212,13 +232,7 @@ class TextTokenizer:
     def decode(self, ids: list[list[int]], *, skip_special_tokens: bool = True) -> list[str]:
         """Token ids back to text (TEI's /decode), one string per id sequence."""
         for seq in ids:
-            bad = [t for t in seq if not 0 <= t < self.vocab_size]
-            if bad:
-                raise BadRequest(
-                    f"token id {bad[0]} is outside this model's vocabulary "
-                    f"(0..{self.vocab_size - 1})",
-                    param="ids",
-                )
+            self._check_vocabulary(seq, "ids")
         return self._exact.decode_batch(ids, skip_special_tokens=skip_special_tokens)
 
     def tokenize_detail(self, text: str, *, add_special_tokens: bool = True) -> list[dict]:
