@@ -159,6 +159,27 @@ class ServerSettings(BaseSettings):
     max_client_batch_size: int = Field(
         2048, description="Most inputs (texts or documents) in one request; more gets 413."
     )
+    allow_private_urls: bool = Field(
+        False,
+        description="Let image and audio URLs reach loopback, private, link-local and other "
+        "non-public addresses (checked after DNS and at every redirect); off, they get 400.",
+    )
+    media_fetch_timeout: float = Field(
+        10.0, description="Seconds one image or audio download may take in all; then 400."
+    )
+    max_media_bytes: int = Field(
+        10 * 1024 * 1024,
+        description="Largest image or audio item in bytes (URL downloads and data: URIs); "
+        "larger gets 413.",
+    )
+    max_image_pixels: int = Field(
+        40_000_000,
+        description="Largest image in pixels (width x height, read from its header before "
+        "decoding); larger gets 400.",
+    )
+    max_audio_seconds: float = Field(
+        60.0, description="Longest audio clip in seconds; longer gets 400."
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="debug|info|warning|error."
     )
