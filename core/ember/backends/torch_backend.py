@@ -16,6 +16,7 @@ from ember.backends.base import (
     Outputs,
     TokenBatch,
 )
+from ember.backends.gpu_check import torch_cuda_check
 from ember.config import cpu_forward_plan
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel
@@ -37,6 +38,7 @@ def resolve_device(device: str) -> str:
         return "cuda"
     if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
         return "mps"
+    torch_cuda_check(torch)  # a GPU host where torch sees no CUDA fails here, not on CPU
     return "cpu"
 
 
