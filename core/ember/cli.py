@@ -12,6 +12,7 @@ from ember import __version__
 from ember.backends.registry import EXPORTERS
 from ember.config import PER_MODEL_FIELDS, ServerSettings, env_var
 from ember.errors import ConfigError, EmberError
+from ember.jobs.command import add_embed_parser, run_embed
 
 SERVE_HELP = "Serve models over HTTP (OpenAI, Cohere and TEI routes)."
 EXPORT_HELP = f"Convert a model for a backend ahead of time ({', '.join(EXPORTERS)})."
@@ -112,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
             "dtype": "onnx: auto|float32|int8; ct2: auto|float32|int8|bfloat16.",
         },
     )
+    add_embed_parser(sub, add_settings_arguments)
     return parser
 
 
@@ -217,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return serve(settings_from_args(args))
+        if args.command == "embed":
+            return run_embed(args, settings_from_args(args))
         return export(settings_from_args(args), args.output)
     except EmberError as exc:
         print(f"ember: error: {exc.message}", file=sys.stderr)

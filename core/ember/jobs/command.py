@@ -1,0 +1,152 @@
+"""`ember embed INPUT --output DIR`: the corpus job's flags and entry point.
+
+The model flags are serve's own (generated from ``ServerSettings``, same env vars and
+defaults), so a job computes exactly what the server would; the job's flags are here.
+Heavy imports (engines, pyarrow) wait until the command runs, so ``ember --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+EMBED_HELP = (
+    "Embed a corpus (JSON Lines, CSV, Parquet or text) into a Parquet dataset, in-process, "
+    "resumably: run it again after a stop and it continues where it was."
+)
+# The serve settings the job takes: which model, on what, batched how.
+EMBED_FIELDS = (
+    "model_id",
+    "revision",
+    "backend",
+    "device",
+    "dtype",
+    "pooling",
+    "max_batch_tokens",
+    "max_batch_size",
+    "forward_workers",
+    "torch_compile",
+    "trust_remote_code",
+    "cache_dir",
+    "log_level",
+)
+
+
+def add_embed_parser(sub: Any, add_settings_arguments: Callable[..., None]) -> None:
+    """Register ``embed`` on the CLI's subparsers."""
+    from ember.jobs.inputs import FORMATS
+    from ember.jobs.runner import CHUNK_ROWS, IN_FLIGHT, SHARD_ROWS
+
+    embed = sub.add_parser("embed", help=EMBED_HELP, description=EMBED_HELP)
+    embed.add_argument("input", help="The corpus file.")
+    embed.add_argument(
+        "--output", required=True, help="Directory of the Parquet dataset (created; resumed)."
+    )
+    embed.add_argument(
+        "--input-format", choices=FORMATS, default=None, help="Default: from the suffix."
+    )
+    embed.add_argument(
+        "--text-column", default="text", help="Column (or JSON field) with the text [text]."
+    )
+    embed.add_argument(
+        "--id-column",
+        default=None,
+        help="Column whose values pass through as `id`; default: the row's 0-based position.",
+    )
+    embed.add_argument(
+        "--output-kind",
+        choices=("dense", "sparse", "multi"),
+        default=None,
+        help="Which embedding to write; default: the model's own (the first it has).",
+    )
+    embed.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="L2-normalise dense vectors; default: as the model says.",
+    )
+    embed.add_argument(
+        "--dimensions", type=int, default=None, help="Matryoshka: keep the first N dimensions."
+    )
+    embed.add_argument("--prompt-name", default=None, help="One of the model's prompts.")
+    embed.add_argument(
+        "--shard-rows",
+        type=int,
+        default=SHARD_ROWS,
+        help=f"Rows per Parquet shard, the checkpoint unit [{SHARD_ROWS}].",
+    )
+    embed.add_argument(
+        "--in-flight",
+        type=int,
+        default=IN_FLIGHT,
+        help=f"Inputs queued ahead for the batcher [{IN_FLIGHT}].",
+    )
+    embed.add_argument(
+        "--chunk-rows", type=int, default=CHUNK_ROWS, help=f"Inputs per engine call [{CHUNK_ROWS}]."
+    )
+    embed.add_argument(
+        "--overwrite", action="store_true", help="Discard what the output directory holds."
+    )
+    embed.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Progress bar with rate and ETA on stderr.",
+    )
+    add_settings_arguments(
+        embed,
+        EMBED_FIELDS,
+        help_overrides={
+            "model_id": "Hugging Face hub id or local directory of the one model to run; "
+            "default: the packaged model."
+        },
+    )
+
+
+def run_embed(args: argparse.Namespace, settings: Any) -> int:
+    """Run the job; the summary goes to stdout as one JSON line."""
+    from pathlib import Path
+
+    import orjson
+
+    from ember.errors import ConfigError
+    from ember.jobs.inputs import InputSpec
+    from ember.jobs.runner import JobOptions, embed_corpus
+    from ember.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.json_logs)
+    for name in ("shard_rows", "in_flight", "chunk_rows"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+    source = InputSpec.of(
+        args.input,
+        format=args.input_format,
+        text_column=args.text_column,
+        id_column=args.id_column,
+    )
+    options = JobOptions(
+        output=Path(args.output),
+        output_kind=args.output_kind,
+        normalize=args.normalize,
+        dimensions=args.dimensions,
+        prompt_name=args.prompt_name,
+        shard_rows=args.shard_rows,
+        in_flight=args.in_flight,
+        chunk_rows=args.chunk_rows,
+        overwrite=args.overwrite,
+        progress=args.progress,
+    )
+    summary = embed_corpus(settings, source, options)
+    line = {
+        "output": str(summary.output),
+        "rows": summary.rows,
+        "rows_this_run": summary.rows_this_run,
+        "resumed_from": summary.resumed_from,
+        "shards": summary.shards,
+        "seconds": round(summary.seconds, 3),
+        "rows_per_second": round(summary.rows_per_second, 1),
+    }
+    sys.stdout.write(orjson.dumps(line).decode() + "\n")
+    return 0

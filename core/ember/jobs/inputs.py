@@ -1,0 +1,187 @@
+"""Reading a corpus: JSON Lines, CSV, Parquet or plain text, as (id, text) rows in file order.
+
+Rows are streamed, never loaded whole, and can start at any row: a resumed job skips the
+rows its checkpoint already holds. Ids pass through unchanged from the id column; without
+one, a row's id is its 0-based position in the file (a text file's line number).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from ember.errors import BadRequest
+
+Format = Literal["jsonl", "csv", "parquet", "text"]
+FORMATS: tuple[Format, ...] = ("jsonl", "csv", "parquet", "text")
+SUFFIXES: dict[str, Format] = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".txt": "text",
+    ".text": "text",
+}
+# Parquet is read a record batch at a time: bounded memory whatever the file's size.
+PARQUET_BATCH_ROWS = 4096
+Row = tuple[Any, str]
+
+
+def detect_format(path: Path, given: str | None = None) -> Format:
+    """The format named, else the one the file's suffix says."""
+    if given:
+        if given not in FORMATS:
+            raise BadRequest(f"--input-format must be one of {', '.join(FORMATS)}, got {given!r}")
+        return given  # type: ignore[return-value]
+    fmt = SUFFIXES.get(path.suffix.lower())
+    if fmt is None:
+        raise BadRequest(
+            f"cannot tell the format of {path.name} from its suffix; pass --input-format "
+            f"({', '.join(FORMATS)})"
+        )
+    return fmt
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """Where the corpus is and which columns hold the text and the id."""
+
+    path: Path
+    format: Format
+    text_column: str = "text"
+    id_column: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        path: str | Path,
+        *,
+        format: str | None = None,
+        text_column: str = "text",
+        id_column: str | None = None,
+    ) -> InputSpec:
+        path = Path(path)
+        if not path.is_file():
+            raise BadRequest(f"input {path} is not a file")
+        return cls(path, detect_format(path, format), text_column, id_column or None)
+
+    def fingerprint(self) -> str:
+        """Size plus a hash of the first and last MiB: a resumed job must read the same
+        file, and hashing all of a multi-GB corpus would cost a pass of its own."""
+        size = self.path.stat().st_size
+        digest = hashlib.sha256(str(size).encode())
+        with self.path.open("rb") as fh:
+            digest.update(fh.read(1 << 20))
+            if size > 2 << 20:
+                fh.seek(size - (1 << 20))
+                digest.update(fh.read())
+        return f"{size}:{digest.hexdigest()[:32]}"
+
+    def count_rows(self) -> int:
+        """Rows in the file (the progress bar's total): Parquet's footer, else one pass."""
+        if self.format == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.ParquetFile(self.path).metadata.num_rows
+        return sum(1 for _ in self._raw_rows())
+
+    def rows(self, start: int = 0, stop: int | None = None) -> Iterator[Row]:
+        """(id, text) for rows ``start`` to ``stop`` (exclusive), in file order."""
+        if self.format == "parquet":
+            yield from self._parquet_rows(start, stop)
+            return
+        for index, raw in itertools.islice(enumerate(self._raw_rows()), start, stop):
+            yield self._row(index, raw)
+
+    # ---- per format --------------------------------------------------------------------
+    def _raw_rows(self) -> Iterator[Any]:
+        """Undecoded rows of a line-based format: lines, CSV records or JSON lines."""
+        with self.path.open("rb") as fh:
+            if self.format == "csv":
+                text = io.TextIOWrapper(fh, encoding="utf-8", newline="")
+                reader = csv.DictReader(text)
+                self._check_columns(reader.fieldnames or [])
+                yield from reader
+                return
+            for line in fh:
+                if self.format == "jsonl" and not line.strip():
+                    continue  # blank lines separate nothing in JSON Lines
+                yield line
+
+    def _row(self, index: int, raw: Any) -> Row:
+        if self.format == "text":
+            text = raw.decode("utf-8").rstrip("\r\n")
+            return index, text
+        if self.format == "jsonl":
+            try:
+                record = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise BadRequest(f"row {index} of {self.path.name} is not JSON: {exc}") from None
+            if isinstance(record, str):  # a line that is just a JSON string is the text
+                return index, record
+            if not isinstance(record, dict):
+                raise BadRequest(f"row {index} of {self.path.name} is not a JSON object")
+        else:
+            record = raw
+        return self._pick(index, record)
+
+    def _pick(self, index: int, record: dict[str, Any]) -> Row:
+        text = record.get(self.text_column)
+        if not isinstance(text, str):
+            raise BadRequest(
+                f"row {index} of {self.path.name} has no text in column {self.text_column!r} "
+                f"(columns: {', '.join(map(str, record)) or 'none'})"
+            )
+        if self.id_column is None:
+            return index, text
+        if self.id_column not in record or record[self.id_column] is None:
+            raise BadRequest(f"row {index} of {self.path.name} has no id {self.id_column!r}")
+        return record[self.id_column], text
+
+    def _check_columns(self, names: list[str]) -> None:
+        missing = [c for c in (self.text_column, self.id_column) if c and c not in names]
+        if missing:
+            raise BadRequest(
+                f"{self.path.name} has no column {missing[0]!r}; its columns: {', '.join(names)}"
+            )
+
+    def _parquet_rows(self, start: int, stop: int | None) -> Iterator[Row]:
+        import pyarrow.parquet as pq
+
+        file = pq.ParquetFile(self.path)
+        self._check_columns(file.schema_arrow.names)
+        columns = [c for c in (self.text_column, self.id_column) if c]
+        stop = file.metadata.num_rows if stop is None else stop
+        # Skip whole row groups before ``start`` without reading them.
+        first, index = 0, 0
+        meta = file.metadata
+        while first < meta.num_row_groups and index + meta.row_group(first).num_rows <= start:
+            index += meta.row_group(first).num_rows
+            first += 1
+        groups = list(range(first, meta.num_row_groups))
+        if not groups or start >= stop:
+            return
+        for batch in file.iter_batches(PARQUET_BATCH_ROWS, row_groups=groups, columns=columns):
+            texts = batch.column(self.text_column).to_pylist()
+            ids = batch.column(self.id_column).to_pylist() if self.id_column else None
+            for i, text in enumerate(texts):
+                at = index + i
+                if at < start:
+                    continue
+                if at >= stop:
+                    return
+                record = {self.text_column: text}
+                if ids is not None:
+                    record[self.id_column] = ids[i]  # type: ignore[index]
+                yield self._pick(at, record)
+            index += len(texts)

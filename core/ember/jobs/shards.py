@@ -1,0 +1,213 @@
+"""The output: a Parquet dataset of numbered shards plus a checkpoint that lists them.
+
+A shard is written to a temporary name and published by rename, then the checkpoint is
+rewritten the same way, so after a kill at any instant the checkpoint names only complete
+shards, each exactly once. A resumed job deletes whatever the checkpoint does not name
+(a temporary file, or a shard published just before the kill) and starts at the first row
+no listed shard holds: no row is lost or written twice. The checkpoint's name starts with
+``_``, which Parquet readers (pyarrow, DuckDB, Spark, polars) skip, so the directory reads
+as one dataset, in input order (shard names sort in order).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ember.capabilities import Output
+from ember.errors import BadRequest, ConfigError
+
+CHECKPOINT = "_ember_job.json"
+TEMP_SUFFIX = ".tmp"
+
+
+def shard_name(index: int) -> str:
+    return f"part-{index:05d}.parquet"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + TEMP_SUFFIX)
+    with tmp.open("wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _sync_dir(path.parent)
+
+
+def _sync_dir(directory: Path) -> None:
+    """Make a rename durable (the directory entry), where the OS allows it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Shard:
+    name: str
+    start: int  # first input row it holds
+    rows: int
+
+
+@dataclass
+class Checkpoint:
+    """What a job has written; ``job`` identifies the job, so a resume with another input,
+    model or output shape is refused instead of mixing two jobs in one dataset."""
+
+    job: dict[str, Any]
+    shards: list[Shard] = field(default_factory=list)
+    total_rows: int | None = None
+    complete: bool = False
+
+    @property
+    def rows_done(self) -> int:
+        return sum(s.rows for s in self.shards)
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), indent=1, default=str).encode()
+
+    @classmethod
+    def read(cls, path: Path) -> Checkpoint:
+        raw = json.loads(path.read_text())
+        return cls(
+            job=raw["job"],
+            shards=[Shard(**s) for s in raw["shards"]],
+            total_rows=raw.get("total_rows"),
+            complete=raw.get("complete", False),
+        )
+
+
+class Dataset:
+    """One output directory: its checkpoint and its shards."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.dir / CHECKPOINT
+
+    def open(self, job: dict[str, Any], *, overwrite: bool = False) -> Checkpoint:
+        """The checkpoint to continue from (a new one for a new job), with the directory
+        cleared of everything it does not name."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        checkpoint = None
+        if self.checkpoint_path.exists() and not overwrite:
+            checkpoint = Checkpoint.read(self.checkpoint_path)
+            if checkpoint.job != job:
+                changed = sorted(
+                    k for k in {*job, *checkpoint.job} if job.get(k) != checkpoint.job.get(k)
+                )
+                raise ConfigError(
+                    f"{self.dir} holds another job's output (differs in {', '.join(changed)}); "
+                    "write to a new --output, or pass --overwrite to start again"
+                )
+        elif any(self.dir.glob("part-*.parquet")) and not overwrite:
+            raise ConfigError(
+                f"{self.dir} holds Parquet shards but no {CHECKPOINT}; write to a new --output, "
+                "or pass --overwrite"
+            )
+        checkpoint = checkpoint or Checkpoint(job=job)
+        self._clean(checkpoint)
+        self.save(checkpoint)
+        return checkpoint
+
+    def _clean(self, checkpoint: Checkpoint) -> None:
+        keep = {s.name for s in checkpoint.shards}
+        for path in self.dir.iterdir():
+            leftover = path.name.endswith(TEMP_SUFFIX) or (
+                path.name.startswith("part-") and path.name not in keep
+            )
+            if leftover and path.is_file():
+                path.unlink()
+        for shard in checkpoint.shards:
+            if not (self.dir / shard.name).is_file():
+                raise ConfigError(
+                    f"{self.dir / shard.name} is listed in {CHECKPOINT} but missing; the "
+                    "output was changed by hand: pass --overwrite to start again"
+                )
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        _atomic_write(self.checkpoint_path, checkpoint.to_json())
+
+    def write_shard(self, checkpoint: Checkpoint, table: Any) -> Shard:
+        """Publish ``table`` as the next shard, then record it: the order that makes a kill
+        between the two leave only a file the next run deletes."""
+        import pyarrow.parquet as pq
+
+        shard = Shard(shard_name(len(checkpoint.shards)), checkpoint.rows_done, table.num_rows)
+        path = self.dir / shard.name
+        tmp = path.with_name(path.name + TEMP_SUFFIX)
+        pq.write_table(table, tmp)
+        with tmp.open("rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        checkpoint.shards.append(shard)
+        self.save(checkpoint)
+        return shard
+
+
+# ---- rows -> Arrow ---------------------------------------------------------------------
+
+
+def embedding_array(output: Output, values: Sequence[Any]) -> Any:
+    """One Arrow column of embeddings: dense ``fixed_size_list<float32>[d]``, multi-vector
+    ``list<fixed_size_list<float32>[d]>`` (one vector per token), sparse
+    ``struct<indices: list<int64>, values: list<float32>>``."""
+    import pyarrow as pa
+
+    if output == "dense":
+        matrix = np.ascontiguousarray(np.asarray(values, dtype=np.float32))
+        flat = pa.array(matrix.reshape(-1), type=pa.float32())
+        return pa.FixedSizeListArray.from_arrays(flat, matrix.shape[1])
+    if output == "multi":
+        mats = [np.asarray(m, dtype=np.float32) for m in values]
+        dim = mats[0].shape[1] if mats else 0
+        flat = pa.array(
+            np.concatenate([m.reshape(-1) for m in mats]) if mats else np.zeros(0, np.float32),
+            type=pa.float32(),
+        )
+        vectors = pa.FixedSizeListArray.from_arrays(flat, dim)
+        offsets = np.concatenate([[0], np.cumsum([m.shape[0] for m in mats])]).astype(np.int32)
+        return pa.ListArray.from_arrays(pa.array(offsets), vectors)
+    if output == "sparse":
+        indices = pa.array([np.asarray(v.indices, dtype=np.int64) for v in values])
+        weights = pa.array(
+            [np.asarray(v.values, dtype=np.float32) for v in values], type=pa.list_(pa.float32())
+        )
+        return pa.StructArray.from_arrays([indices, weights], names=["indices", "values"])
+    raise BadRequest(f"cannot write {output} outputs as embeddings")
+
+
+def shard_table(ids: Sequence[Any], output: Output, values: Sequence[Any], id_type: Any) -> Any:
+    """The (id, embedding) table of one shard; ids cast to the job's id type, so every shard
+    of a dataset has one schema."""
+    import pyarrow as pa
+
+    try:
+        id_array = pa.array(list(ids), type=id_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise BadRequest(
+            f"ids must all have one type ({id_type}, from the first rows): {exc}"
+        ) from None
+    return pa.table({"id": id_array, "embedding": embedding_array(output, values)})
+
+
+def id_type_of(ids: Sequence[Any]) -> Any:
+    """The Arrow type of a job's ids, inferred from its first rows (int64, string, ...)."""
+    import pyarrow as pa
+
+    return pa.array(list(ids)).type
