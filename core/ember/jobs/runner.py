@@ -147,7 +147,7 @@ def job_identity(
         "format": source.format,
         "text_column": source.text_column,
         "id_column": source.id_column,
-        "model": spec.model_id,
+        "model": spec.model_id or engine.name,
         "revision": spec.revision,
         "backend": spec.backend,
         "dtype": spec.dtype,
