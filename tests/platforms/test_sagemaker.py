@@ -537,11 +537,19 @@ def _in_service(sm: Stubber, endpoint: str, config: str) -> None:
     )
 
 
+def _listed_config(name: str) -> dict[str, str]:
+    return {
+        "EndpointConfigName": name,
+        "EndpointConfigArn": f"arn:aws:sagemaker:{REGION}:123456789012:endpoint-config/{name}",
+        "CreationTime": "2025-01-01T00:00:00Z",
+    }
+
+
 def test_default_deploy_requests_inf2_with_timeouts(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The defaults as the real service model sees them: ml.inf2.xlarge, 900 s timeouts."""
-    monkeypatch.setattr(deploy, "stamp", lambda: "20250101000000000")
+    monkeypatch.setattr(deploy.endpoint, "stamp", lambda: "20250101000000000")
     stubbed = _stubbed_clients()
     name = "ember-inf2"
     suffixed = f"{name}-20250101000000000"
@@ -601,7 +609,7 @@ def test_update_rolls_to_new_config_and_removes_the_old(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """update keeps live settings it is not told to change, swaps, then deletes the old pair."""
-    monkeypatch.setattr(deploy, "stamp", lambda: "20250202000000000")
+    monkeypatch.setattr(deploy.endpoint, "stamp", lambda: "20250202000000000")
     stubbed = _stubbed_clients()
     sm = stubbed.sm
     name, old = "ember-inf2", "ember-inf2-20250101000000000"
@@ -642,6 +650,9 @@ def test_update_rolls_to_new_config_and_removes_the_old(
         },
         {"ModelName": old},
     )
+    listed = {"EndpointConfigs": [_listed_config(old)]}
+    listing = {"NameContains": name, "MaxResults": 100}
+    sm.add_response("list_endpoint_configs", listed, listing)  # nothing older to clean
     new_image = IMAGE.replace("neuron-test", "neuron-v2")
     sm.add_response(
         "create_model",
@@ -668,6 +679,18 @@ def test_update_rolls_to_new_config_and_removes_the_old(
     )
     _in_service(sm, name, new)
     _expect_smoke(stubbed.rt, name)
+    both = {"EndpointConfigs": [_listed_config(old), _listed_config(new)]}
+    sm.add_response("list_endpoint_configs", both, listing)
+    sm.add_response(
+        "describe_endpoint_config",
+        {
+            "EndpointConfigName": old,
+            "EndpointConfigArn": f"arn:aws:sagemaker:{REGION}:123456789012:endpoint-config/{old}",
+            "ProductionVariants": [old_variant],
+            "CreationTime": "2025-01-01T00:00:00Z",
+        },
+        {"EndpointConfigName": old},
+    )
     sm.add_response("delete_endpoint_config", {}, {"EndpointConfigName": old})
     sm.add_response("delete_model", {}, {"ModelName": old})
     argv = [
@@ -682,3 +705,4 @@ def test_update_rolls_to_new_config_and_removes_the_old(
     result = json.loads(out)
     assert result["replaced_endpoint_config"] == old
     assert result["endpoint_config"] == new
+    assert result["deleted"] == [old, old]  # the old config, then the model it named
