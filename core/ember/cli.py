@@ -4,13 +4,14 @@ and default cannot disagree (and the README's flag table is generated the same w
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ember import __version__
 from ember.backends.registry import EXPORTERS
-from ember.config import PER_MODEL_FIELDS, ServerSettings, env_var
+from ember.config import PER_MODEL_FIELDS, ServerSettings, env_var, infinity_cli_options
 from ember.errors import ConfigError, EmberError
 from ember.jobs.command import add_embed_parser, run_embed
 
@@ -81,6 +82,36 @@ def add_settings_arguments(
         parser.add_argument(*flags, **kwargs)
 
 
+INFINITY_DEST = "infinity_"  # argparse dests of Infinity's own flags
+
+
+def add_infinity_arguments(parser: argparse.ArgumentParser) -> None:
+    """Infinity v2's flags that Ember names otherwise, or has no equivalent for."""
+    group = parser.add_argument_group(
+        "Infinity v2 flags",
+        "Accepted so that an `infinity_emb v2` command line serves unchanged (`ember v2 ...` "
+        "works too); each sets the Ember setting named, or warns once what Ember does "
+        "instead. See docs/migrating-from-infinity.md.",
+    )
+    for option in infinity_cli_options():
+        kwargs: dict[str, Any] = {"dest": INFINITY_DEST + option.name, "default": argparse.SUPPRESS}
+        if option.switch:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs.update(metavar="VALUE", action="append" if option.many else "store")
+        if option.setting is None:
+            quiet = ""
+            if option.honoured is not None and option.switch:
+                done = _flag(option.name) if option.honoured == "true" else "--no-" + option.name
+                quiet = f" ({done.replace('_', '-')} is what Ember does)"
+            elif option.honoured is not None:
+                quiet = f" ({option.honoured or 'empty'} is what Ember does)"
+            text = f"Accepted, warns{quiet}: {option.note}."
+        else:
+            text = f"As {option.note}." if option.note.startswith("--") else f"{option.note}."
+        group.add_argument(_flag(option.name), help=text.replace("%", "%%"), **kwargs)
+
+
 def flag_table() -> str:
     """The README's flag table, generated: a test keeps the README equal to it."""
     rows = ["| flag | env var | default | meaning |", "| --- | --- | --- | --- |"]
@@ -98,8 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ember", description="Ember: serve retrieval models.")
     parser.add_argument("--version", action="version", version=f"ember {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help=SERVE_HELP, description=SERVE_HELP)
+    serve = sub.add_parser("serve", aliases=["v2"], help=SERVE_HELP, description=SERVE_HELP)
     add_settings_arguments(serve)
+    add_infinity_arguments(serve)
     export = sub.add_parser("export", help=EXPORT_HELP, description=EXPORT_HELP)
     export.add_argument("--output", required=True, help="Directory to write.")
     add_settings_arguments(
@@ -122,7 +154,12 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     from ember.config import settings_from_env
 
     values = {k: v for k, v in vars(args).items() if k in ServerSettings.model_fields}
-    return settings_from_env(**values)
+    infinity = {
+        k.removeprefix(INFINITY_DEST): v
+        for k, v in vars(args).items()
+        if k.startswith(INFINITY_DEST)
+    }
+    return settings_from_env(infinity_flags=infinity, **values)
 
 
 def _server_class() -> type:
@@ -153,6 +190,8 @@ def serve(settings: ServerSettings) -> int:
     from ember.logs import configure_logging
 
     configure_logging(settings.log_level, settings.json_logs)
+    if settings.preload_only:
+        return preload(settings)
     limits = ConnectionLimits(
         header_timeout=settings.header_timeout,
         body_timeout=settings.body_timeout,
@@ -168,6 +207,7 @@ def serve(settings: ServerSettings) -> int:
         log_config=None,
         access_log=settings.log_level == "debug",  # per-request lines cost throughput
         timeout_graceful_shutdown=10,
+        root_path=settings.proxy_root_path or "",
     )
     server = _Server(config)
 
@@ -178,6 +218,29 @@ def serve(settings: ServerSettings) -> int:
     config.app = create_app(settings, on_load_failure=stop)
     server.run()
     return 1 if failed else 0
+
+
+def preload(settings: ServerSettings) -> int:
+    """--preload-only: download, convert, load and warm every model as serving would, then
+    stop: an image build step leaves the weights and artifacts in the caches."""
+    import asyncio
+
+    from ember.engine.array import EngineArray
+
+    engines = EngineArray(settings.model_specs())
+    log = logging.getLogger("ember.cli")
+    for line in settings.compat_warnings:  # create_app logs them when serving
+        log.warning("%s", line)
+
+    async def load() -> None:
+        try:
+            await engines.start()
+        finally:
+            await engines.stop()
+
+    asyncio.run(load())
+    log.info("preloaded %s; exiting", ", ".join(engines.names))
+    return 0
 
 
 def export(settings: ServerSettings, output: str) -> int:
@@ -217,7 +280,7 @@ def export(settings: ServerSettings, output: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "serve":
+        if args.command in ("serve", "v2"):
             return serve(settings_from_args(args))
         if args.command == "embed":
             return run_embed(args, settings_from_args(args))

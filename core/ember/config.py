@@ -9,10 +9,12 @@ model. The CLI parser and the README's flag table are both generated from
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ember.backends.registry import BACKEND_NAMES
@@ -133,6 +135,22 @@ class ServerSettings(BaseSettings):
     )
     host: str = Field("0.0.0.0", description="Interface to bind.")
     port: int = Field(7997, description="Port to bind.")
+    url_prefix: str | None = Field(
+        None,
+        description="Also serve the model routes and /models under this prefix (`/v1`: "
+        "`/v1/rerank`, `/v1/classify`, ...), as Infinity's --url-prefix; they stay at the "
+        "root too.",
+    )
+    proxy_root_path: str | None = Field(
+        None,
+        description="The path a reverse proxy serves this server under and strips before "
+        "forwarding (ASGI root_path): /docs and the schema link through it.",
+    )
+    preload_only: bool = Field(
+        False,
+        description="Download every model, build its backend's artifact (ONNX, CTranslate2), "
+        "load and warm it, then exit 0 without serving: for an image build step.",
+    )
     api_key: str | None = Field(
         None, description="Require `Authorization: Bearer <key>` on model routes."
     )
@@ -184,6 +202,13 @@ class ServerSettings(BaseSettings):
         "info", description="debug|info|warning|error."
     )
     json_logs: bool = Field(False, description="Log one JSON object per line.")
+    _compat_warnings: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def compat_warnings(self) -> list[str]:
+        """What Infinity's flags and INFINITY_* variables asked for that Ember does
+        otherwise, one line each: the server logs them as it starts."""
+        return self._compat_warnings
 
     def model_specs(self) -> list[ModelSpec]:
         """Split per-model values, broadcast single ones, and validate them."""
@@ -301,28 +326,41 @@ def _buckets(name: str, value: str | None) -> tuple[int, ...] | None:
         raise ConfigError(f"{_flag(name)}: {err}") from None
 
 
-def settings_from_env(**overrides: Any) -> ServerSettings:
-    """Settings from ``EMBER_*`` variables; keyword overrides win (as CLI flags do)."""
-    clean = {k: v for k, v in overrides.items() if v is not None}
+def settings_from_env(
+    *, infinity_flags: Mapping[str, Any] | None = None, **overrides: Any
+) -> ServerSettings:
+    """Settings from ``EMBER_*`` variables; keyword overrides win (as CLI flags do).
+
+    Infinity's ``INFINITY_*`` variables count where no override or ``EMBER_*`` variable
+    sets the same setting; ``infinity_flags`` are Infinity's flags that have no Ember
+    setting (``ember serve --bettertransformer``), which only warn.
+    """
+    clean = translate_infinity_values({k: v for k, v in overrides.items() if v is not None})
+    from_infinity, notes = infinity_settings(infinity_flags or {}, os.environ, clean)
+    clean = {**from_infinity, **clean}
     for name in PER_MODEL_FIELDS:
         if isinstance(clean.get(name), (list, tuple)):
             clean[name] = ";".join(str(v) for v in clean[name])
         elif name in clean and not isinstance(clean[name], str):
             clean[name] = str(clean[name])
     try:
-        return ServerSettings(**clean)
+        settings = ServerSettings(**clean)
     except ValidationError as exc:
-        raise _settings_error(exc) from None
+        raise _settings_error(exc, from_infinity) from None
+    settings.compat_warnings.extend(notes)
+    return settings
 
 
-def _settings_error(exc: ValidationError) -> ConfigError:
+def _settings_error(exc: ValidationError, from_infinity: Mapping[str, Any]) -> ConfigError:
     """A value that is not of its setting's type, worded as the other config errors."""
     error = exc.errors()[0]
     name = str(error["loc"][0]) if error["loc"] else ""
     message = str(error["msg"])
+    source = env_var(name)
+    if name in from_infinity:
+        source = ", ".join(_env(o.name) for o in INFINITY_OPTIONS if o.setting == name)
     return ConfigError(
-        f"{_flag(name)} ({env_var(name)}): {message[:1].lower()}{message[1:]}, "
-        f"got {error.get('input')!r}"
+        f"{_flag(name)} ({source}): {message[:1].lower()}{message[1:]}, got {error.get('input')!r}"
     )
 
 
@@ -372,3 +410,278 @@ def physical_cores() -> int:
     except ImportError:
         physical = allowed
     return max(1, min(allowed, physical))
+
+
+# ---- Infinity's flags and variables ---------------------------------------------------------
+# Infinity (michaelfeil/infinity, 0.0.78) deployments switch by changing the image: its
+# `v2` flags are accepted by `ember serve`, and its INFINITY_* variables count wherever no
+# EMBER_* variable sets the same setting. Each is an Ember setting, or, where Ember has
+# none, a warning saying what Ember does instead; none is ignored silently.
+
+INFINITY_TRUE = frozenset({"true", "t", "1", "yes", "y"})  # Infinity's own reading
+
+
+@dataclass(frozen=True)
+class InfinityOption:
+    """One of Infinity's flags (``--name``) and its variable (``INFINITY_NAME``)."""
+
+    name: str
+    setting: str | None  # the Ember setting it sets; None: no equivalent
+    note: str  # how it maps; with no setting, what Ember does instead (the warning)
+    values: Mapping[str, str] = field(default_factory=dict)  # Infinity's value -> Ember's
+    switch: bool = False  # --name / --no-name; a variable reads true|t|1|yes|y
+    honoured: str | None = None  # no setting, but Ember does this value anyway: no warning
+    flag: bool = True  # False: a variable only
+    per_model: bool = False  # one value per model, with no Ember setting
+
+    @property
+    def many(self) -> bool:
+        """Takes one value per model (repeated flag, or ``;``-separated variable)."""
+        return self.per_model or self.setting in PER_MODEL_FIELDS
+
+    def translate(self, value: Any) -> Any:
+        """Infinity's value as the Ember setting takes it: per model (``;``-separated or a
+        list) where the setting is per model; a switch given once per model is on if any
+        is (Ember's is server-wide)."""
+        if isinstance(value, (list, tuple)):
+            if self.switch:
+                return self.translate(";".join(_switch_text(v) for v in value))
+            return [self.translate(v) for v in value]
+        text = _switch_text(value)
+        if self.switch:
+            on = any(p.strip().lower() in INFINITY_TRUE for p in text.split(";"))
+            text = "true" if on else "false"
+            return self.values.get(text, text)
+        if self.setting in PER_MODEL_FIELDS:
+            return ";".join(self.values.get(p.strip().lower(), p.strip()) for p in text.split(";"))
+        return self.values.get(text.strip().lower(), text)
+
+
+def _switch_text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _env(name: str) -> str:
+    return "INFINITY_" + name.upper()
+
+
+ENGINES = {"torch": "torch", "optimum": "onnx", "ctranslate2": "ct2", "neuron": "neuron"}
+
+INFINITY_OPTIONS: tuple[InfinityOption, ...] = (
+    InfinityOption("model_id", "model_id", "same"),
+    InfinityOption("served_model_name", "served_model_name", "same"),
+    InfinityOption("batch_size", "max_batch_size", "--max-batch-size"),
+    InfinityOption("revision", "revision", "same"),
+    InfinityOption(
+        "trust_remote_code",
+        "trust_remote_code",
+        "same, server-wide (on if on for any model); Infinity's default is on, Ember's off",
+        switch=True,
+    ),
+    InfinityOption(
+        "engine",
+        "backend",
+        "--backend: torch, optimum -> onnx, ctranslate2 -> ct2, neuron",
+        values=ENGINES,
+    ),
+    InfinityOption(
+        "model_warmup",
+        None,
+        "Ember always warms each model before /ready turns 200 (one short batch per forward "
+        "worker on CPU, the largest batch on an accelerator)",
+        switch=True,
+        honoured="true",
+    ),
+    InfinityOption(
+        "vector_disk_cache",
+        None,
+        "Ember keeps no vector cache; every request is computed",
+        switch=True,
+        honoured="false",
+    ),
+    InfinityOption(
+        "device",
+        "device",
+        "same; tensorrt -> cuda (the onnx backend takes TensorRT's provider where installed)",
+        values={"tensorrt": "cuda"},
+    ),
+    InfinityOption(
+        "device_id",
+        None,
+        "Ember places one copy of each model on the first device it sees; choose it with "
+        "CUDA_VISIBLE_DEVICES",
+        per_model=True,
+    ),
+    InfinityOption(
+        "lengths_via_tokenize",
+        None,
+        "Ember always batches by token counts and reports tokens in `usage`",
+        switch=True,
+        honoured="true",
+    ),
+    InfinityOption("dtype", "dtype", "same (fp8 is refused)"),
+    InfinityOption(
+        "embedding_dtype",
+        None,
+        "/v1/embeddings answers float32 vectors; ask /v1/embed or /v2/embed for "
+        "embedding_types int8, uint8, binary or ubinary (Cohere's output types)",
+        honoured="float32",
+        per_model=True,
+    ),
+    InfinityOption("pooling_method", "pooling", "--pooling"),
+    InfinityOption(
+        "compile",
+        "torch_compile",
+        "--torch-compile; with a backend other than torch it does not apply and warns",
+        switch=True,
+    ),
+    InfinityOption(
+        "bettertransformer",
+        None,
+        "Ember has no BetterTransformer: the torch backend runs SDPA attention (flash-attn "
+        "with ember[flash] on CUDA in half precision)",
+        switch=True,
+        honoured="false",
+    ),
+    InfinityOption("preload_only", "preload_only", "same", switch=True),
+    InfinityOption("host", "host", "same"),
+    InfinityOption("port", "port", "same"),
+    InfinityOption("url_prefix", "url_prefix", "same; the routes stay at the root too"),
+    InfinityOption(
+        "redirect_slash",
+        None,
+        "GET / is not redirected (POST / is TEI's root route); the docs are at /docs",
+        honoured="",
+    ),
+    InfinityOption(
+        "log_level",
+        "log_level",
+        "same; trace -> debug, critical -> error",
+        values={"trace": "debug", "critical": "error"},
+    ),
+    InfinityOption(
+        "permissive_cors",
+        "cors_allow_origin",
+        "--cors-allow-origin '*'",
+        values={"true": "*", "false": ""},
+        switch=True,
+    ),
+    InfinityOption("api_key", "api_key", "same"),
+    InfinityOption("proxy_root_path", "proxy_root_path", "same"),
+    InfinityOption(
+        "onnx_disable_optimize",
+        None,
+        "Ember always runs ONNX Runtime's transformer optimizer on its export",
+        switch=True,
+        honoured="false",
+    ),
+    InfinityOption(
+        "onnx_do_not_prefer_quantized",
+        None,
+        "Ember exports its own graph; --dtype int8 asks for a quantized one",
+        switch=True,
+        honoured="true",
+    ),
+    InfinityOption("queue_size", "max_queue_size", "--max-queue-size", flag=False),
+    InfinityOption("max_client_batch_size", "max_client_batch_size", "same", flag=False),
+    InfinityOption("media_max_download_bytes", "max_media_bytes", "--max-media-bytes", flag=False),
+    InfinityOption(
+        "media_url_blacklist",
+        None,
+        "Ember refuses media URLs that resolve to loopback, private or link-local addresses "
+        "unless --allow-private-urls",
+        flag=False,
+    ),
+    InfinityOption(
+        "calibration_dataset_url",
+        None,
+        "Ember's int8 and uint8 output types need no calibration set (fixed scales)",
+        flag=False,
+    ),
+    InfinityOption(
+        "anonymous_usage_stats",
+        None,
+        "Ember sends no usage statistics",
+        switch=True,
+        honoured="false",
+        flag=False,
+    ),
+    InfinityOption(
+        "home",
+        None,
+        "models download to the Hugging Face cache (HF_HOME); Ember's converted artifacts go "
+        "to --cache-dir",
+        flag=False,
+    ),
+    InfinityOption("disable_optimum", None, "deprecated in Infinity; Ember ignores it", flag=False),
+)
+
+
+def infinity_settings(
+    flags: Mapping[str, Any], environ: Mapping[str, str], overrides: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """Ember settings from Infinity's flags and ``INFINITY_*`` variables, and one warning
+    for each that Ember has no equivalent for.
+
+    ``flags``: Infinity's flags by option name, as `ember serve` parsed them (those Ember
+    shares, like --model-id, are Ember's own). A flag counts unless ``overrides`` (Ember's
+    own flags or keywords) sets the same setting; a variable, unless an override, a flag or
+    an ``EMBER_*`` variable does.
+    """
+    env = {k.upper(): v for k, v in environ.items()}
+    settings: dict[str, Any] = {}
+    warnings: list[str] = []
+    for option in INFINITY_OPTIONS:
+        given = option.name in flags
+        raw = flags[option.name] if given else env.get(_env(option.name))
+        if raw is None:
+            continue
+        source = _flag(option.name) if given else _env(option.name)
+        setting = option.setting
+        if setting is None:
+            shown = option.translate(raw) if option.switch else ";".join(_parts(raw))
+            asked = {part.strip().lower() for part in shown.split(";")}
+            if option.honoured is None or asked != {option.honoured}:
+                warnings.append(f"{source}={shown}: {option.note}")
+            continue
+        if setting in overrides or setting in settings:
+            continue
+        if not given and env_var(setting) in env:
+            continue
+        settings[setting] = option.translate(raw)
+    if _true(settings.get("torch_compile")):
+        backends = _split(";".join(_parts(overrides.get("backend") or settings.get("backend"))))
+        backends = backends or _split(env.get(env_var("backend")))
+        if backends and not {b.lower() for b in backends} & {"auto", "torch"}:
+            del settings["torch_compile"]
+            warnings.append(
+                f"compile: applies to the torch backend only; Ember runs {';'.join(backends)} "
+                "here, uncompiled"
+            )
+    return settings, warnings
+
+
+def _parts(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+
+
+def _true(value: Any) -> bool:
+    return str(value).lower() == "true"
+
+
+def translate_infinity_values(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Infinity's value names on Ember's own flags too (``--device tensorrt``,
+    ``--log-level trace``, ``--backend optimum``), so a v2 command line means the same."""
+    out = dict(overrides)
+    for option in INFINITY_OPTIONS:
+        if option.values and not option.switch and option.setting in out:
+            out[option.setting] = option.translate(out[option.setting])
+    return out
+
+
+def infinity_cli_options() -> list[InfinityOption]:
+    """Infinity's v2 flags that `ember serve` adds (those it shares are Ember's own)."""
+    fields = ServerSettings.model_fields
+    return [o for o in INFINITY_OPTIONS if o.flag and o.name not in fields]

@@ -10,7 +10,7 @@ import sys
 from ember import __version__
 from ember.backends.registry import EXPORTERS, REGISTRY
 from ember.cli import build_parser, flag_table
-from ember.config import BACKENDS, ServerSettings
+from ember.config import BACKENDS, ServerSettings, infinity_cli_options
 from tests.support import REPO
 
 README = (REPO / "README.md").read_text()
@@ -32,6 +32,7 @@ def test_help_lists_exactly_the_table_flags() -> None:
     serve = next(a.choices["serve"] for a in build_parser()._actions if getattr(a, "choices", None))
     help_flags = {o for a in serve._actions for o in a.option_strings if o.startswith("--")}
     help_flags -= {"--help"}
+    help_flags -= {"--" + o.name.replace("_", "-") for o in infinity_cli_options()}  # aliases
     help_flags = {f for f in help_flags if not f.startswith("--no-")}
     table_flags = set(re.findall(r"^\| `(--[a-z-]+)`", flag_table(), re.M))
     assert help_flags == table_flags

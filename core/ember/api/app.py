@@ -22,7 +22,15 @@ from ember.api import operations as ops
 from ember.api import responses as r
 from ember.api.errors import client_gone_response, error_response, install_error_handlers
 from ember.api.fastpath import ModelRouteFastPath
-from ember.api.middleware import OPEN_PATHS, ASGIApp, EdgeMiddleware, Receive, Scope, Send
+from ember.api.middleware import (
+    OPEN_PATHS,
+    ASGIApp,
+    EdgeMiddleware,
+    Receive,
+    Scope,
+    Send,
+    UrlPrefix,
+)
 from ember.api.routes import ROUTES, ROUTES_BY_PATH, ModelRoute, Operation
 from ember.config import DEFAULT_MODEL_NAME, ServerSettings, settings_from_env
 from ember.engine.array import EngineArray
@@ -232,7 +240,7 @@ def create_app(
     async def health() -> Response:
         if app.state.load_error is not None:
             return _load_failed(app.state.load_error)
-        return _json({"status": "ok"})
+        return _json({"status": "ok", "unix": time.time()})
 
     @app.get(
         "/ready",
@@ -276,6 +284,10 @@ def create_app(
         known_paths=known_paths,
         open_paths=OPEN_PATHS | frozenset(open_paths),
     )
+    if settings.url_prefix and settings.url_prefix.strip("/"):
+        app.entry = UrlPrefix(app.entry, settings.url_prefix, known_paths)
+    for line in settings.compat_warnings:
+        log.warning("%s", line)
     if settings.cors_allow_origin:
         # Outermost: a browser's preflight carries no API key and must be answered.
         from starlette.middleware.cors import CORSMiddleware

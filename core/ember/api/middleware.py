@@ -142,3 +142,24 @@ class EdgeMiddleware:
             return receive
         chunks, _ = await read_body(receive, self.payload_limit)
         return replay_receive(chunks, receive)
+
+
+class UrlPrefix:
+    """``--url-prefix``: every route also answers under the prefix (Infinity serves its
+    routes only there), except where the prefixed path is a route of its own (with
+    ``/v1``, ``/v1/embed`` stays Cohere's, not TEI's ``/embed``)."""
+
+    def __init__(self, app: ASGIApp, prefix: str, known_paths: Callable[[], set[str]]) -> None:
+        self.app = app
+        self.prefix = "/" + prefix.strip("/")
+        self.known_paths = known_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = route_path(scope)
+            if path.startswith(self.prefix + "/") and path not in self.known_paths():
+                rest = path[len(self.prefix) :]
+                root = scope.get("root_path", "")
+                full = root + rest if scope["path"].startswith(root) else rest
+                scope = {**scope, "path": full, "raw_path": full.encode()}
+        await self.app(scope, receive, send)

@@ -243,9 +243,16 @@ def models_list(engines: EngineArray) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "id": engine.name,
             "object": "model",
-            "owned_by": "ember",
+            "owned_by": "infinity",  # the one value Infinity's generated client accepts
             "created": 0,
             "ready": engine.ready,
+        }
+        batcher = engine.batcher  # Infinity's `stats`, which its client requires
+        depth = batcher.depth if batcher is not None else 0
+        entry["stats"] = {
+            "queue_fraction": depth / engine.spec.max_queue_size,
+            "queue_absolute": depth,
+            "batch_size": batcher.max_batch_size if batcher else engine.spec.max_batch_size,
         }
         if engine.model is not None and engine.backend is not None:
             entry.update(

@@ -253,12 +253,21 @@ class RootResponse(
 # The other routes
 
 
+class ModelStats(BaseModel):
+    """Infinity's queue figures for one model."""
+
+    queue_fraction: float = Field(description="Inputs admitted and unanswered / --max-queue-size.")
+    queue_absolute: int = Field(description="Inputs admitted and not yet answered.")
+    batch_size: int
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"]
-    owned_by: str
+    owned_by: str = Field(description="`infinity`: the one value Infinity's client accepts.")
     created: int
     ready: bool
+    stats: ModelStats
     task: str | None = None
     kind: str | None = None
     capabilities: list[str] | None = None
@@ -294,6 +303,7 @@ class InfoResponse(BaseModel):
 
 class HealthResponse(BaseModel):
     status: Literal["ok"]
+    unix: float = Field(description="The server's clock (Infinity's health answer).")
 
 
 class ReadyResponse(BaseModel):
