@@ -8,6 +8,7 @@ what an adapter imports from the core (a test holds them to it).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Iterable
@@ -29,6 +30,7 @@ from ember.config import ServerSettings, settings_from_env
 from ember.engine.array import EngineArray
 from ember.engine.loop import EngineLoop
 from ember.errors import BadRequest, ConfigError, EmberError, NotFound
+from ember.heads.sparse import SparseVector
 from ember.logs import configure_logging
 from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec, ResolvedModel
@@ -39,6 +41,7 @@ __all__ = [
     "EmberApp",
     "EmberError",
     "EngineLoop",
+    "JSONLINES",
     "ModelSpec",
     "ServerSettings",
     "build_engines",
@@ -46,6 +49,7 @@ __all__ = [
     "configure_logging",
     "create_app",
     "dispatch_invocation",
+    "dispatch_jsonlines",
     "dispatch_route",
     "env_int",
     "exported_backend",
@@ -125,6 +129,99 @@ async def dispatch_invocation(
     """SageMaker ``/invocations`` semantics: pick the operation by the body's shape."""
     path = invocation_route(engines, payload)
     return await dispatch_route(engines, path, payload, max_client_batch_size=max_client_batch_size)
+
+
+JSONLINES = "application/jsonlines"
+# Fields that make a JSON Lines record a whole request body rather than one input.
+_BODY_FIELDS = ("input", "inputs", "texts", "query")
+
+
+def _jsonl_records(body: bytes) -> list[Any]:
+    records = []
+    for number, line in enumerate(body.splitlines(), 1):
+        if not line.strip():
+            continue  # a blank line is no input (a trailing newline is not a record)
+        try:
+            records.append(orjson.loads(line))
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"line {number} of the JSON Lines body is not JSON: {exc}") from None
+    return records
+
+
+def _line_text(record: Any, number: int) -> str | None:
+    """A record's text when it is one input (a JSON string, or an object with ``text``);
+    None when it is a whole request body."""
+    if isinstance(record, str):
+        return record
+    if isinstance(record, dict):
+        if any(f in record for f in _BODY_FIELDS):
+            return None
+        if isinstance(record.get("text"), str):
+            return record["text"]
+    raise BadRequest(
+        f"record {number} is neither one input (a JSON string or an object with a string "
+        "'text') nor a request body (with 'input', 'inputs', 'texts' or 'query')"
+    )
+
+
+def _line_value(value: Any) -> Any:
+    if isinstance(value, SparseVector):
+        return {"indices": value.indices, "values": value.values}
+    return value
+
+
+async def dispatch_jsonlines(
+    engines: EngineArray, body: bytes, *, max_client_batch_size: int = 2048
+) -> bytes:
+    """SageMaker Batch Transform's ``application/jsonlines`` (``SplitType=Line``,
+    ``BatchStrategy=MultiRecord``): one output line per input line, in order.
+
+    A line that is one input (a JSON string, or an object with ``text`` and maybe an
+    ``id``) is embedded, all of a request's such lines together through the corpus job's
+    bounded window (a mini-batch of many MB neither passes the queue limit nor waits
+    alone), and answered ``{"id": ..., "embedding": ...}`` (id when given; dense, sparse
+    ``{"indices", "values"}`` or multi-vector, as the model returns). A line that is a
+    whole request body (OpenAI, Cohere, TEI: rerank rows, say) is answered with what
+    ``/invocations`` answers for it.
+    """
+    from ember.jobs.runner import embed_rows
+
+    records = _jsonl_records(body)
+    texts = {i: t for i, r in enumerate(records) if (t := _line_text(r, i + 1)) is not None}
+    answers: list[Any] = [None] * len(records)
+    if texts:
+        engine = engines.for_task(None, "embed")
+        output = engine.kind.embedding
+        if output is None:
+            raise BadRequest(
+                f"model {engine.name!r} does not embed: send request bodies, one per line"
+            )
+        budget = max(1, engine.spec.max_queue_size // 2)  # room left for other callers
+        async for _, values in embed_rows(
+            engine,
+            texts.items(),
+            output=output,
+            shard_rows=len(texts),
+            in_flight=budget,
+            chunk_rows=min(64, budget),
+        ):
+            for index, value in zip(texts, values, strict=True):
+                record = records[index]
+                line = {"embedding": _line_value(value)}
+                if isinstance(record, dict) and "id" in record:
+                    line = {"id": record["id"], **line}
+                answers[index] = line
+    bodies = [i for i in range(len(records)) if i not in texts]
+    replies = await asyncio.gather(
+        *(
+            dispatch_invocation(engines, records[i], max_client_batch_size=max_client_batch_size)
+            for i in bodies
+        )
+    )
+    for index, reply in zip(bodies, replies, strict=True):
+        answers[index] = reply
+    option = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+    return b"".join(orjson.dumps(answer, option=option) for answer in answers)
 
 
 # Re-exported so adapters can type against them without reaching into submodules.

@@ -13,9 +13,11 @@ background loading) and adds the two SageMaker routes on top of it:
 * ``/ping`` answers exactly what the core's ``/ready`` answers (``EmberApp.readiness``):
   200 once every model is loaded and warmed, 503 before (so no traffic reaches a cold
   container). It is declared an open path, as ``/ready`` is.
-* ``/invocations`` takes ``application/json`` only (415 otherwise) and hands the body to
+* ``/invocations`` takes ``application/json`` (415 otherwise) and hands the body to
   ``ember.platform.dispatch_invocation``, which picks OpenAI embeddings, Cohere/TEI rerank,
-  TEI embed or classify by the body's fields and returns the HTTP route's exact body.
+  TEI embed or classify by the body's fields and returns the HTTP route's exact body; and
+  ``application/jsonlines`` (Batch Transform, ``SplitType=Line``), one output line per
+  input line in order (``ember.platform.dispatch_jsonlines``).
 
 Model choice, first match wins: ``EMBER_MODEL_ID`` (explicit), a model in /opt/ml/model
 (a Hugging Face model directory, or an ``ember export`` directory, which also selects the
@@ -39,6 +41,7 @@ from fastapi.responses import Response
 
 from ember.engine import EngineArray
 from ember.platform import (
+    JSONLINES,
     BadRequest,
     EmberApp,
     EmberError,
@@ -46,6 +49,7 @@ from ember.platform import (
     configure_logging,
     create_app,
     dispatch_invocation,
+    dispatch_jsonlines,
     exported_backend,
     settings_from_env,
 )
@@ -108,9 +112,12 @@ def load_settings(env: Mapping[str, str]) -> ServerSettings:
     return settings.model_copy(update=update)
 
 
+def _media(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
 def _is_json(content_type: str | None) -> bool:
-    media = (content_type or "").split(";", 1)[0].strip().lower()
-    return media == "application/json"
+    return _media(content_type) == "application/json"
 
 
 def sagemaker_router(app: EmberApp) -> APIRouter:
@@ -126,9 +133,15 @@ def sagemaker_router(app: EmberApp) -> APIRouter:
     @router.post("/invocations", summary="SageMaker InvokeEndpoint: dispatch by body shape")
     async def invocations(request: Request) -> Response:
         content_type = request.headers.get("content-type")
+        if _media(content_type) == JSONLINES:  # Batch Transform: one output line per line
+            lines = await dispatch_jsonlines(
+                engines, await request.body(), max_client_batch_size=settings.max_client_batch_size
+            )
+            return Response(lines, media_type=JSONLINES)
         if not _is_json(content_type):
             raise EmberError(
-                f"Content-Type must be application/json, got {content_type or 'none'!r}",
+                f"Content-Type must be application/json or {JSONLINES}, got "
+                f"{content_type or 'none'!r}",
                 status_code=415,
                 param="Content-Type",
             )
