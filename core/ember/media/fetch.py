@@ -1,0 +1,408 @@
+"""Image and audio inputs -> bytes: http(s) downloads that cannot reach inside the network,
+base64 ``data:`` URIs and raw bytes, each bounded in size and time.
+
+A URL is a request from a client to make this server connect somewhere (SSRF). So the host
+is resolved here, every address it resolves to must be public (``is_public_address``)
+unless ``--allow-private-urls``, and the connection goes to a checked address: the URL is
+rewritten to that IP with the original ``Host`` header and, for https, the hostname as
+SNI and for certificate checks, so no second DNS lookup can answer differently
+(DNS rebinding). Redirects are followed by hand, each target checked again, at most
+``MAX_REDIRECTS``. No cookies are kept, no proxy or ``.netrc`` credentials are read from
+the environment, and URLs carrying credentials are refused.
+
+Every error names the input's 0-based position (``input 2: ...``): a refused or failed
+download, a non-2xx answer and a timeout are 400 (SPEC-NOTES: the input is unusable, not
+the server slow); more than ``max_bytes`` is 413, at once from a declared
+``Content-Length`` or while streaming a body that has none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import ipaddress
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from ember import __version__
+from ember.errors import BadRequest, EmberError, MissingDependency, PayloadTooLarge
+from ember.media.limits import MediaLimits
+
+if TYPE_CHECKING:
+    import httpx
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolver = Callable[[str, int], Awaitable[Sequence[Address]]]
+AddressPolicy = Callable[[Address], bool]
+
+MAX_REDIRECTS = 3  # SPEC-NOTES: a 4th redirect is a 400
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+USER_AGENT = f"ember/{__version__}"
+SHOWN_URL_CHARS = 120  # an error message quotes at most this much of a URL
+
+# Non-global ranges that older Pythons' ``is_global`` tables miss (3.11 calls 192.0.0.8
+# global), and the IPv6 prefixes that carry an IPv4 address a gateway would connect to.
+_NOT_GLOBAL = (
+    ipaddress.ip_network("192.0.0.0/24"),
+    ipaddress.ip_network("64:ff9b:1::/48"),
+)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def is_public_address(address: Address) -> bool:
+    """True for a globally routable unicast address; the default policy for every hop.
+
+    Refuses loopback, private, link-local, multicast, unspecified, reserved and shared
+    (100.64/10) ranges, and an IPv6 address that embeds a refused IPv4 one (IPv4-mapped
+    ``::ffff:127.0.0.1``, 6to4, Teredo, NAT64): a gateway would connect to the embedded one.
+    """
+    if not address.is_global or address.is_multicast:
+        return False
+    if any(address in net for net in _NOT_GLOBAL if net.version == address.version):
+        return False
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded: list[ipaddress.IPv4Address] = []
+        if address.ipv4_mapped is not None:
+            embedded.append(address.ipv4_mapped)
+        if address.sixtofour is not None:
+            embedded.append(address.sixtofour)
+        if address.teredo is not None:
+            embedded.extend(address.teredo)
+        if address in _NAT64:
+            embedded.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+        return all(is_public_address(v4) for v4 in embedded)
+    return True
+
+
+def any_address(address: Address) -> bool:
+    """The policy under ``--allow-private-urls``: every address may be fetched."""
+    return True
+
+
+async def resolve_host(host: str, port: int) -> list[Address]:
+    """Every address ``host`` resolves to, in the resolver's order, without duplicates.
+
+    Goes through ``getaddrinfo`` like a connection would, so an IPv4 written as an integer
+    (``2130706433``) or in hex resolves to the address it means and is checked as that.
+    """
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )
+    found: list[Address] = []
+    for family, _type, _proto, _name, sockaddr in infos:
+        if family in (socket.AF_INET, socket.AF_INET6):
+            address = ipaddress.ip_address(sockaddr[0])
+            if address not in found:
+                found.append(address)
+    return found
+
+
+async def fetch_all(
+    items: Sequence[str | bytes],
+    limits: MediaLimits,
+    *,
+    resolver: Resolver = resolve_host,
+    address_allowed: AddressPolicy | None = None,
+    verify: ssl.SSLContext | None = None,
+) -> list[bytes]:
+    """The bytes of each item, in order: URLs downloaded concurrently, ``data:`` URIs decoded,
+    raw bytes passed through; each at most ``limits.max_bytes``.
+
+    The first item to fail fails the call and cancels the downloads still running.
+    ``resolver``, ``address_allowed`` (default: ``is_public_address``, or every address
+    under ``limits.allow_private_urls``) and ``verify`` (the TLS trust) are for tests.
+    """
+    results: list[bytes | None] = [None] * len(items)
+    urls: list[tuple[int, str]] = []
+    for index, item in enumerate(items):
+        if isinstance(item, (bytes, bytearray, memoryview)):
+            results[index] = _within(bytes(item), index, limits.max_bytes, "item")
+        elif isinstance(item, str):
+            scheme = item[: item.find(":", 0, 16)].lower() if ":" in item[:16] else ""
+            if scheme == "data":
+                results[index] = decode_data_uri(item, index, limits.max_bytes)
+            elif scheme in ("http", "https"):
+                urls.append((index, item))
+            else:
+                raise _refuse_scheme(index, scheme)
+        else:
+            raise BadRequest(
+                f"input {index}: expected a URL, a data: URI or bytes, got {type(item).__name__}",
+                param="input",
+            )
+    if urls:
+        default = any_address if limits.allow_private_urls else is_public_address
+        policy = address_allowed or default
+        httpx = _httpx()
+        # The transport, not a Client: no redirect, cookie, auth or proxy machinery, and no
+        # settings read from the environment; _Download does the one hop it is asked for.
+        async with httpx.AsyncHTTPTransport(
+            verify=verify if verify is not None else _default_tls(),
+            # A connection verified for one hostname must never carry another's request
+            # to the same IP, so none is kept for reuse.
+            limits=httpx.Limits(max_keepalive_connections=0),
+        ) as transport:
+            download = _Download(transport, limits, resolver, policy)
+            fetched = await _first_failure_cancels(
+                [download.fetch(index, url) for index, url in urls]
+            )
+        for (index, _), body in zip(urls, fetched, strict=True):
+            results[index] = body
+    return [body for body in results if body is not None]
+
+
+def decode_data_uri(uri: str, index: int, max_bytes: int) -> bytes:
+    """The content of a base64 ``data:`` URI, size-checked before and after decoding."""
+    header, comma, payload = uri.partition(",")
+    if not comma:
+        raise BadRequest(
+            f"input {index}: a data: URI needs a ',' before its content", param="input"
+        )
+    if header.rsplit(";", 1)[-1].strip().lower() != "base64":
+        raise BadRequest(
+            f"input {index}: only base64 data: URIs are accepted (data:<type>;base64,<content>)",
+            param="input",
+        )
+    # 4 characters per 3 bytes: anything longer cannot decode to max_bytes or fewer.
+    if len(payload) > 4 * -(-max_bytes // 3):
+        raise _too_large(index, "data: URI", max_bytes)
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except ValueError as exc:  # binascii.Error, or a non-ASCII character
+        raise BadRequest(
+            f"input {index}: data: URI is not valid base64: {exc}", param="input"
+        ) from None
+    return _within(data, index, max_bytes, "data: URI")
+
+
+@dataclass(frozen=True)
+class _Redirect:
+    location: str
+
+
+class _Download:
+    """One ``fetch_all`` call's downloads: the shared transport, limits and address policy."""
+
+    def __init__(
+        self,
+        transport: httpx.AsyncHTTPTransport,
+        limits: MediaLimits,
+        resolver: Resolver,
+        policy: AddressPolicy,
+    ) -> None:
+        self.transport = transport
+        self.limits = limits
+        self.resolver = resolver
+        self.policy = policy
+
+    async def fetch(self, index: int, url: str) -> bytes:
+        """The body at ``url`` after at most ``MAX_REDIRECTS``, within ``fetch_timeout``."""
+        httpx = _httpx()
+        try:
+            return await asyncio.wait_for(self._follow(index, url), self.limits.fetch_timeout)
+        except (asyncio.TimeoutError, httpx.TimeoutException):
+            raise BadRequest(
+                f"input {index}: {_shown(url)} did not download within "
+                f"{self.limits.fetch_timeout:g} s",
+                param="input",
+            ) from None
+
+    async def _follow(self, index: int, url: str) -> bytes:
+        current = url
+        for hop in range(MAX_REDIRECTS + 1):
+            target = self._target(index, current, hop)
+            answer = await self._get(index, target, hop)
+            if isinstance(answer, bytes):
+                return answer
+            current = answer.location
+        raise BadRequest(
+            f"input {index}: {_shown(url)} redirects more than {MAX_REDIRECTS} times",
+            param="input",
+        )
+
+    def _target(self, index: int, url: str, hop: int) -> httpx.URL:
+        httpx = _httpx()
+        try:
+            target = httpx.URL(url)
+        except httpx.InvalidURL as exc:
+            raise BadRequest(
+                f"input {index}: {_shown(url)} is not a valid URL: {exc}", param="input"
+            ) from None
+        if target.scheme not in ("http", "https"):
+            raise _refuse_scheme(index, target.scheme, hop)
+        if not target.raw_host:
+            raise BadRequest(f"input {index}: {_shown(url)} has no host", param="input")
+        if target.userinfo:
+            raise BadRequest(
+                f"input {index}: {_shown(url)} carries credentials; they are never forwarded",
+                param="input",
+            )
+        return target.copy_with(fragment=None)
+
+    async def _addresses(self, index: int, target: httpx.URL, hop: int) -> Sequence[Address]:
+        host = target.raw_host.decode("ascii")  # IDNA-encoded; IPv6 without brackets
+        port = target.port or (443 if target.scheme == "https" else 80)
+        try:
+            addresses = await self.resolver(host, port)
+        except (OSError, UnicodeError) as exc:  # socket.gaierror: no such host; a bad label
+            reason = getattr(exc, "strerror", None) or exc
+            raise BadRequest(
+                f"input {index}: cannot resolve {host}{_after(hop)}: {reason}", param="input"
+            ) from None
+        if not addresses:
+            raise BadRequest(f"input {index}: {host}{_after(hop)} has no address", param="input")
+        for address in addresses:
+            if not self.policy(address):
+                raise BadRequest(
+                    f"input {index}: {_shown(str(target))}{_after(hop)} resolves to {address}, "
+                    "which is not a public address",
+                    param="input",
+                )
+        return addresses
+
+    async def _get(self, index: int, target: httpx.URL, hop: int) -> bytes | _Redirect:
+        """One hop: connect to each checked address in turn until one answers."""
+        httpx = _httpx()
+        addresses = await self._addresses(index, target, hop)
+        hostname = target.raw_host.decode("ascii")
+        headers = {
+            "Host": target.netloc.decode("ascii"),
+            "User-Agent": USER_AGENT,
+            "Accept": "*/*",
+            "Accept-Encoding": "identity",  # a body is counted as sent: no gzip to inflate
+        }
+        extensions: dict[str, object] = {
+            "timeout": httpx.Timeout(self.limits.fetch_timeout).as_dict()
+        }
+        if target.scheme == "https":
+            extensions["sni_hostname"] = hostname  # and the certificate is checked for it
+        failure: Exception | None = None
+        for address in addresses:
+            try:
+                pinned = target.copy_with(host=str(address))
+            except httpx.InvalidURL as exc:  # an IPv6 scope id (fe80::1%eth0)
+                failure = exc
+                continue
+            request = httpx.Request("GET", pinned, headers=headers, extensions=extensions)
+            try:
+                response = await self.transport.handle_async_request(request)
+                try:
+                    return await self._read(index, target, hop, response)
+                finally:
+                    await response.aclose()
+            except httpx.ConnectError as exc:  # refused, unreachable, TLS check failed
+                failure = exc
+            except httpx.TimeoutException:
+                raise  # fetch() words every timeout alike
+            except httpx.HTTPError as exc:
+                raise BadRequest(
+                    f"input {index}: downloading {_shown(str(target))}{_after(hop)} failed: "
+                    f"{type(exc).__name__}: {exc}",
+                    param="input",
+                ) from None
+        raise BadRequest(
+            f"input {index}: cannot connect to {_shown(str(target))}{_after(hop)}: {failure}",
+            param="input",
+        )
+
+    async def _read(
+        self, index: int, target: httpx.URL, hop: int, response: httpx.Response
+    ) -> bytes | _Redirect:
+        status = response.status_code
+        shown = f"{_shown(str(target))}{_after(hop)}"
+        if status in REDIRECT_STATUSES:
+            location = response.headers.get("location")
+            if not location:
+                raise BadRequest(
+                    f"input {index}: {shown} answered HTTP {status} without a Location",
+                    param="input",
+                )
+            try:
+                return _Redirect(str(target.join(location)))
+            except _httpx().InvalidURL as exc:
+                raise BadRequest(
+                    f"input {index}: {shown} redirects to an invalid URL: {exc}", param="input"
+                ) from None
+        if not 200 <= status < 300:
+            raise BadRequest(f"input {index}: {shown} answered HTTP {status}", param="input")
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise BadRequest(
+                f"input {index}: {shown} was sent with Content-Encoding {encoding!r} "
+                "although identity was asked for",
+                param="input",
+            )
+        max_bytes = self.limits.max_bytes
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_bytes:
+            raise _too_large(index, shown, max_bytes, int(declared))
+        body = bytearray()
+        async for chunk in response.aiter_raw():
+            body += chunk
+            if len(body) > max_bytes:
+                raise _too_large(index, shown, max_bytes)
+        return bytes(body)
+
+
+async def _first_failure_cancels(coroutines: list[Awaitable[bytes]]) -> list[bytes]:
+    """Run concurrently; on the first error (or our own cancellation) cancel the rest."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    failed = [t for t in tasks if not t.cancelled() and t.exception() is not None]
+    if failed:
+        raise failed[0].exception()  # type: ignore[misc]
+    return [t.result() for t in tasks]
+
+
+@functools.cache
+def _default_tls() -> ssl.SSLContext:
+    """certifi's trust (or SSL_CERT_FILE's), built once: loading it costs milliseconds."""
+    return _httpx().create_ssl_context()
+
+
+def _httpx() -> ModuleType:
+    try:
+        import httpx
+    except ImportError as exc:
+        raise MissingDependency(
+            "fetching image and audio URLs needs httpx: pip install 'ember[media]'"
+        ) from exc
+    return httpx
+
+
+def _within(data: bytes, index: int, max_bytes: int, what: str) -> bytes:
+    if len(data) > max_bytes:
+        raise _too_large(index, what, max_bytes, len(data))
+    return data
+
+
+def _too_large(index: int, what: str, max_bytes: int, size: int | None = None) -> EmberError:
+    size_text = f"is {size:,} bytes," if size is not None else "is"
+    return PayloadTooLarge(
+        f"input {index}: {what} {size_text} more than the {max_bytes:,} bytes accepted",
+        param="input",
+    )
+
+
+def _refuse_scheme(index: int, scheme: str, hop: int = 0) -> BadRequest:
+    what = f"{scheme}: URLs are" if scheme else "this is"
+    hint = "use an http(s) URL or a data: URI" if not hop else "redirects must stay on http(s)"
+    return BadRequest(f"input {index}: {what} not fetched{_after(hop)}; {hint}", param="input")
+
+
+def _after(hop: int) -> str:
+    return f" (after {hop} redirect{'s' if hop > 1 else ''})" if hop else ""
+
+
+def _shown(url: str) -> str:
+    return url if len(url) <= SHOWN_URL_CHARS else url[: SHOWN_URL_CHARS - 3] + "..."
