@@ -31,6 +31,9 @@ from ember.engine.array import EngineArray
 from ember.engine.loop import EngineLoop
 from ember.errors import BadRequest, ConfigError, EmberError, NotFound
 from ember.heads.sparse import SparseVector
+from ember.jobs.fanout import ShardTask, fan_out, join_shards, plan_shards, run_shard
+from ember.jobs.inputs import InputSpec
+from ember.jobs.runner import JobOptions, embed_rows, job_identity, job_settings, run_embed_job
 from ember.logs import configure_logging
 from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec, ResolvedModel
@@ -41,9 +44,12 @@ __all__ = [
     "EmberApp",
     "EmberError",
     "EngineLoop",
+    "InputSpec",
     "JSONLINES",
+    "JobOptions",
     "ModelSpec",
     "ServerSettings",
+    "ShardTask",
     "build_engines",
     "concurrency_limits",
     "configure_logging",
@@ -53,11 +59,18 @@ __all__ = [
     "dispatch_route",
     "env_int",
     "exported_backend",
+    "fan_out",
     "import_backend",
     "invocation_route",
+    "job_identity",
+    "job_settings",
+    "join_shards",
+    "plan_shards",
     "prefetch",
     "preload_runtime",
     "read_pins",
+    "run_embed_job",
+    "run_shard",
     "settings_from_env",
 ]
 
@@ -184,8 +197,6 @@ async def dispatch_jsonlines(
     whole request body (OpenAI, Cohere, TEI: rerank rows, say) is answered with what
     ``/invocations`` answers for it.
     """
-    from ember.jobs.runner import embed_rows
-
     records = _jsonl_records(body)
     texts = {i: t for i, r in enumerate(records) if (t := _line_text(r, i + 1)) is not None}
     answers: list[Any] = [None] * len(records)

@@ -27,6 +27,7 @@ from ember.engine import Engine, EngineArray
 from ember.errors import BadRequest, ConfigError
 from ember.jobs.inputs import InputSpec, Row
 from ember.jobs.shards import Checkpoint, Dataset, id_type_of, shard_table
+from ember.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -136,18 +137,17 @@ async def embed_rows(
 
 
 def job_identity(
-    engine: Engine, source: InputSpec, output: Output, options: JobOptions
+    spec: ModelSpec, source: InputSpec, output: str | None, options: JobOptions
 ) -> dict[str, Any]:
     """What must not change between a run and its resume (a mix would be one dataset of
     two jobs): the input file, its columns, the model and what is computed from it."""
-    spec = engine.spec
     return {
         "input": str(source.path.resolve()),
         "fingerprint": source.fingerprint(),
         "format": source.format,
         "text_column": source.text_column,
         "id_column": source.id_column,
-        "model": spec.model_id or engine.name,
+        "model": spec.model_id or "(the packaged default)",
         "revision": spec.revision,
         "backend": spec.backend,
         "dtype": spec.dtype,
@@ -179,7 +179,7 @@ async def run_embed_job(engine: Engine, source: InputSpec, options: JobOptions) 
     output = choose_output(engine, options.output_kind)
     dataset = Dataset(options.output)
     checkpoint = dataset.open(
-        job_identity(engine, source, output, options), overwrite=options.overwrite
+        job_identity(engine.spec, source, output, options), overwrite=options.overwrite
     )
     done = checkpoint.rows_done
     if checkpoint.complete:

@@ -1,0 +1,166 @@
+"""One corpus job over many machines: split the input into shard files, embed each shard
+anywhere (each a small job of its own, resumable where it runs), join the results into one
+dataset with the single-machine layout and checkpoint.
+
+A platform supplies only the map (Modal's ``.map``); planning, per-shard work and joining
+are here, so a fan-out writes exactly what ``ember embed`` writes on one machine. Every
+step can be repeated after a failure: the plan is reused while the input is unchanged, a
+shard whose checkpoint says complete is not run again, and joining links files and writes
+the dataset's checkpoint last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ember.engine import Engine
+from ember.errors import ConfigError
+from ember.jobs.inputs import InputSpec
+from ember.jobs.runner import JobOptions, JobSummary, run_embed_job
+from ember.jobs.shards import Checkpoint, Dataset, Shard, _atomic_write, shard_name
+
+PLAN = "_plan.json"
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard's work: its input file and its own output dataset (paths relative to the
+    work directory, so they mean the same on every machine that mounts it)."""
+
+    index: int
+    start: int  # its first row in the whole input
+    rows: int
+    input: str
+    output: str
+
+
+def _write_inputs(source: InputSpec, work: Path, shard_rows: int) -> list[ShardTask]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ember.jobs.shards import id_type_of
+
+    tasks: list[ShardTask] = []
+    rows = source.rows()
+    id_type = None
+    while True:
+        part = [row for _, row in zip(range(shard_rows), rows, strict=False)]
+        if not part:
+            return tasks
+        ids = [row_id for row_id, _ in part]
+        id_type = id_type or id_type_of(ids[:1000])
+        index = len(tasks)
+        task = ShardTask(
+            index,
+            start=sum(t.rows for t in tasks),
+            rows=len(part),
+            input=f"inputs/input-{index:05d}.parquet",
+            output=f"shards/shard-{index:05d}",
+        )
+        path = work / task.input
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table = pa.table({"id": pa.array(ids, type=id_type), "text": [text for _, text in part]})
+        pq.write_table(table, path.with_name(path.name + ".tmp"))
+        os.replace(path.with_name(path.name + ".tmp"), path)
+        tasks.append(task)
+
+
+def plan_shards(source: InputSpec, work: Path, shard_rows: int) -> list[ShardTask]:
+    """Split ``source`` into Parquet inputs of ``shard_rows`` rows under ``work``; reused
+    when ``work`` already holds the plan of this same input and shard size."""
+    work.mkdir(parents=True, exist_ok=True)
+    key = {
+        "input": str(source.path.resolve()),
+        "fingerprint": source.fingerprint(),
+        "text_column": source.text_column,
+        "id_column": source.id_column,
+        "shard_rows": shard_rows,
+    }
+    plan_path = work / PLAN
+    if plan_path.exists():
+        saved = json.loads(plan_path.read_text())
+        if saved["key"] == key:
+            return [ShardTask(**t) for t in saved["tasks"]]
+        raise ConfigError(f"{work} holds the plan of another input; use a new work directory")
+    tasks = _write_inputs(source, work, shard_rows)
+    _atomic_write(plan_path, json.dumps({"key": key, "tasks": [asdict(t) for t in tasks]}).encode())
+    return tasks
+
+
+def shard_done(work: Path, task: ShardTask) -> bool:
+    path = work / task.output / "_ember_job.json"
+    return path.exists() and Checkpoint.read(path).complete
+
+
+async def run_shard(engine: Engine, work: Path, task: ShardTask, options: JobOptions) -> JobSummary:
+    """Embed one shard into its own dataset (one Parquet file; resumed if cut short)."""
+    source = InputSpec(work / task.input, "parquet", text_column="text", id_column="id")
+    shard_options = JobOptions(
+        output=work / task.output,
+        output_kind=options.output_kind,
+        normalize=options.normalize,
+        dimensions=options.dimensions,
+        prompt_name=options.prompt_name,
+        shard_rows=max(1, task.rows),
+        in_flight=options.in_flight,
+        chunk_rows=options.chunk_rows,
+        progress=False,
+    )
+    return await run_embed_job(engine, source, shard_options)
+
+
+def _link(src: Path, dst: Path) -> None:
+    """A hard link where the filesystem has them (no copy), else a copy."""
+    tmp = dst.with_name(dst.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def join_shards(
+    work: Path, tasks: Iterable[ShardTask], output: Path, job: dict[str, Any]
+) -> Checkpoint:
+    """The shards' files, in input order, as one dataset at ``output`` with its checkpoint
+    (``job`` identifies it, as ``ember embed``'s does); fails if a shard is not done."""
+    dataset = Dataset(output)
+    checkpoint = dataset.open(job)
+    if checkpoint.complete:
+        return checkpoint
+    checkpoint.shards.clear()  # joined again from the start: links are cheap
+    for task in sorted(tasks, key=lambda t: t.index):
+        if not shard_done(work, task):
+            raise ConfigError(f"shard {task.index} ({task.output}) has not finished")
+        inner = Checkpoint.read(work / task.output / "_ember_job.json")
+        for part in inner.shards:
+            name = shard_name(len(checkpoint.shards))
+            _link(work / task.output / part.name, output / name)
+            checkpoint.shards.append(Shard(name, checkpoint.rows_done, part.rows))
+    checkpoint.total_rows = checkpoint.rows_done
+    checkpoint.complete = True
+    dataset.save(checkpoint)
+    return checkpoint
+
+
+def fan_out(
+    tasks: list[ShardTask],
+    work: Path,
+    map_shards: Callable[[list[ShardTask]], Iterable[Any]],
+) -> list[ShardTask]:
+    """Run the shards not yet done through ``map_shards`` (a platform's parallel map);
+    returns the ones it ran."""
+    pending = [t for t in tasks if not shard_done(work, t)]
+    for _ in map_shards(pending):
+        pass
+    missing = [t.index for t in tasks if not shard_done(work, t)]
+    if missing:
+        raise ConfigError(f"shards {missing} did not finish; run the job again to retry them")
+    return pending
