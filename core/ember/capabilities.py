@@ -14,8 +14,17 @@ from typing import Literal
 from ember.errors import BadRequest
 
 # What the network of a model computes, and so what a backend loads and returns:
-# an encoder's token states, or a sequence classifier's logits (ember.backends.base).
-Backbone = Literal["encoder", "sequence-classifier"]
+# an encoder's token states, a sequence classifier's logits (ember.backends.base), a
+# dual encoder's projected embedding per input (CLIP, SigLIP, CLAP: one tower per
+# modality), or a retrieval VLM's projected token vectors (ColPali, ColQwen2).
+Backbone = Literal["encoder", "sequence-classifier", "dual-encoder", "retrieval-vlm"]
+
+# Backbones of media models: loaded by their own classes, served by torch only.
+MEDIA_BACKBONES: tuple[Backbone, ...] = ("dual-encoder", "retrieval-vlm")
+
+# What a request's inputs hold (Infinity's ``modality``).
+Modality = Literal["text", "image", "audio"]
+MODALITIES: tuple[Modality, ...] = ("text", "image", "audio")
 
 # What one input can come back as:
 #   dense   one vector (pooled)            /v1/embeddings, /embed, /v2/embed
@@ -25,7 +34,9 @@ Backbone = Literal["encoder", "sequence-classifier"]
 Output = Literal["dense", "multi", "sparse", "logits"]
 
 # Capability names as /v1/models lists them (Infinity's names where it has one).
-Capability = Literal["embed", "embed_sparse", "embed_multi", "rerank", "classify"]
+Capability = Literal[
+    "embed", "embed_sparse", "embed_multi", "image_embed", "audio_embed", "rerank", "classify"
+]
 
 # How a model scores (query, document) pairs for /rerank.
 Scoring = Literal["cross-encoder", "maxsim"]
@@ -43,6 +54,8 @@ class ModelKind:
     # Whether `ember export` can write it: an export holds the network and the files of a
     # dense, rerank or classify model, not the heads (projections, MLM head) beside it.
     exportable: bool = True
+    # What its inputs may hold; every kind reads text, media models images or audio too.
+    modalities: tuple[Modality, ...] = ("text",)
 
     @property
     def embedding(self) -> Output | None:
@@ -52,12 +65,16 @@ class ModelKind:
     @property
     def capabilities(self) -> list[Capability]:
         caps: list[Capability] = []
-        if "dense" in self.outputs:
+        if self.embedding is not None:  # /v1/embeddings serves it (Infinity lists any)
             caps.append("embed")
         if "sparse" in self.outputs:
             caps.append("embed_sparse")
         if "multi" in self.outputs:
             caps.append("embed_multi")
+        if "image" in self.modalities:
+            caps.append("image_embed")
+        if "audio" in self.modalities:
+            caps.append("audio_embed")
         if self.scoring is not None:
             caps.append("rerank")
         if self.classifies:
@@ -65,21 +82,21 @@ class ModelKind:
         return caps
 
     def does(self, capability: Capability) -> bool:
-        """``embed`` is any embedding output (what /v1/embeddings serves); others exact."""
-        if capability == "embed":
-            return self.embedding is not None
         return capability in self.capabilities
 
     def serves(self) -> str:
         """What this kind serves, in words, for error messages."""
-        words = {
-            "embed": "dense embeddings",
-            "embed_sparse": "sparse embeddings",
-            "embed_multi": "multi-vector embeddings",
-            "rerank": f"reranking ({self.scoring})",
-            "classify": "classification",
-        }
-        return ", ".join(words[c] for c in self.capabilities)
+        words = {"dense": "dense embeddings", "sparse": "sparse embeddings"}
+        parts = [words.get(o, "multi-vector embeddings") for o in self.outputs if o != "logits"]
+        if len(self.modalities) > 1:
+            parts = [
+                f"{p} of {' and '.join(MODALITY_NOUNS[m] for m in self.modalities)}" for p in parts
+            ]
+        if self.scoring is not None:
+            parts.append(f"reranking ({self.scoring})")
+        if self.classifies:
+            parts.append("classification")
+        return ", ".join(parts)
 
     def require_output(self, output: Output, model_name: str) -> None:
         if output not in self.outputs:
@@ -87,6 +104,16 @@ class ModelKind:
                 f"model {model_name!r} ({self.name}) has no {OUTPUT_NOUNS[output]} head; "
                 f"it serves {self.serves()}",
                 param="model",
+            )
+
+    def require_modality(
+        self, modality: Modality, model_name: str, param: str = "modality"
+    ) -> None:
+        if modality not in self.modalities:
+            raise BadRequest(
+                f"model {model_name!r} ({self.name}) does not take {modality} input; it "
+                f"serves {self.serves()}",
+                param=param,
             )
 
     def require_scoring(self, model_name: str) -> Scoring:
@@ -112,6 +139,10 @@ OUTPUT_NOUNS: dict[Output, str] = {
     "logits": "classification",
 }
 
+MODALITY_NOUNS: dict[Modality, str] = {"text": "text", "image": "images", "audio": "audio"}
+TEXT_IMAGE: tuple[Modality, ...] = ("text", "image")
+TEXT_AUDIO: tuple[Modality, ...] = ("text", "audio")
+
 KINDS: dict[str, ModelKind] = {
     kind.name: kind
     for kind in (
@@ -132,6 +163,53 @@ KINDS: dict[str, ModelKind] = {
         # over one forward; it reranks by MaxSim on its ColBERT vectors.
         ModelKind(
             "bge-m3", "encoder", ("dense", "sparse", "multi"), scoring="maxsim", exportable=False
+        ),
+        # CLIP and SigLIP: a text and an image tower into one space; CLAP: text and audio.
+        # SigLIP's text is padded to its max length, as its processor documents
+        # (ember.processors.media).
+        ModelKind(
+            "clip",
+            "dual-encoder",
+            ("dense",),
+            processor="media",
+            exportable=False,
+            modalities=TEXT_IMAGE,
+        ),
+        ModelKind(
+            "siglip",
+            "dual-encoder",
+            ("dense",),
+            processor="media",
+            exportable=False,
+            modalities=TEXT_IMAGE,
+        ),
+        ModelKind(
+            "clap",
+            "dual-encoder",
+            ("dense",),
+            processor="media",
+            exportable=False,
+            modalities=TEXT_AUDIO,
+        ),
+        # ColPali and ColQwen2: page images and text queries as projected, normalised token
+        # vectors; a text query reranks page images by MaxSim.
+        ModelKind(
+            "colpali",
+            "retrieval-vlm",
+            ("multi",),
+            scoring="maxsim",
+            exportable=False,
+            processor="media",
+            modalities=TEXT_IMAGE,
+        ),
+        ModelKind(
+            "colqwen2",
+            "retrieval-vlm",
+            ("multi",),
+            scoring="maxsim",
+            exportable=False,
+            processor="media",
+            modalities=TEXT_IMAGE,
         ),
         ModelKind(
             "cross-encoder", "sequence-classifier", ("logits",), "cross-encoder", task="rerank"

@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -28,6 +28,9 @@ from ember.models.spec import (
     TASKS,
     ModelSpec,
 )
+
+if TYPE_CHECKING:
+    from ember.media.limits import MediaLimits
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 BACKENDS = ("auto", *BACKEND_NAMES)
@@ -269,7 +272,18 @@ class ServerSettings(BaseSettings):
                 if self.neuron_cores is None
                 else _at_least_one("neuron_cores", self.neuron_cores)
             ),
+            media=self.media_limits(),
         )
+
+    def media_limits(self) -> MediaLimits:
+        from ember.media.limits import MediaLimits
+
+        for name in ("media_fetch_timeout", "max_media_bytes", "max_image_pixels"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{_flag(name)} must be positive, got {getattr(self, name)}")
+        if not self.max_audio_seconds > 0:
+            raise ConfigError(f"--max-audio-seconds must be positive, got {self.max_audio_seconds}")
+        return MediaLimits.from_settings(self)
 
 
 def _split(value: str | None) -> list[str]:

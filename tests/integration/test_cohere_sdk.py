@@ -344,8 +344,8 @@ BAD_V2: list[tuple[dict[str, Any], int, str | None, str]] = [
     ({"output_dimension": 0}, 422, "output_dimension", "greater than"),
     ({"truncate": "MIDDLE"}, 422, "truncate", "NONE"),
     ({"input_type": "search"}, 422, "input_type", "search_query"),
-    ({"images": ["data:image/png;base64,AAAA"], "texts": None}, 400, "images", "image model"),
-    ({"input_type": "image"}, 400, "input_type", "image model"),
+    ({"images": ["data:image/png;base64,AAAA"], "texts": None}, 400, "images", "image input"),
+    ({"input_type": "image"}, 400, "input_type", "needs `images`"),
     ({"max_tokens": 16}, 400, "max_tokens", "256"),
     ({"model": "nope"}, 404, "model", "served models"),
     ({"model": "reranker"}, 400, "model", "reranking"),  # names what it serves

@@ -192,8 +192,8 @@ def test_bge_m3_reranks_by_maxsim(server: ServerProcess, paths: dict[str, Path])
 def test_models_list_capabilities(server: ServerProcess) -> None:
     with server.client() as client:
         models = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
-    assert models["colbert"]["capabilities"] == ["embed_multi", "rerank"]
-    assert models["splade"]["capabilities"] == ["embed_sparse"]
+    assert models["colbert"]["capabilities"] == ["embed", "embed_multi", "rerank"]
+    assert models["splade"]["capabilities"] == ["embed", "embed_sparse"]
     assert models["bge"]["capabilities"] == ["embed", "embed_sparse", "embed_multi", "rerank"]
 
 

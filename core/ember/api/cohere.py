@@ -27,6 +27,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ember.api.operations import Reply, check_batch
 from ember.api.schemas import NonEmptyText, StrictInt, _Body
+from ember.capabilities import Modality
 from ember.engine import Engine, EngineArray, Result
 from ember.errors import BadRequest
 from ember.heads.quantize import EmbeddingType, encode_embeddings, to_float
@@ -59,7 +60,11 @@ class CohereEmbedRequest(_Body):
     texts: Annotated[list[NonEmptyText], Field(min_length=1)] | None = Field(
         None, description="The texts to embed."
     )
-    images: list[Any] | None = Field(None, description="Refused: this server embeds text.")
+    images: Annotated[list[NonEmptyText], Field(min_length=1)] | None = Field(
+        None,
+        description="Images as data: URIs (or http(s) URLs), for an image model (CLIP, "
+        "SigLIP, ColPali); instead of `texts`.",
+    )
     model: str | None = Field(None, description="Served model name; any name with one model.")
     input_type: InputType | None = Field(
         None,
@@ -89,8 +94,7 @@ class CohereEmbedRequest(_Body):
 
     @model_validator(mode="after")
     def _has_input(self) -> CohereEmbedRequest:
-        # A body with nothing to embed does not fit the schema (422, like every route's);
-        # one with images does, and is refused by the operation with its own 400.
+        # A body with nothing to embed does not fit the schema (422, like every route's).
         if self.texts is None and not self.images and not getattr(self, "inputs", None):
             raise ValueError("`texts` is required: a non-empty list of strings")
         return self
@@ -99,7 +103,9 @@ class CohereEmbedRequest(_Body):
 class CohereEmbedV2Request(CohereEmbedRequest):
     """Cohere ``POST /v2/embed``: always answers ``embeddings_by_type`` (float by default)."""
 
-    inputs: list[Any] | None = Field(None, description="Refused: this server embeds text.")
+    inputs: list[Any] | None = Field(
+        None, description="Refused: mixed text-and-image content; send `texts` or `images`."
+    )
     max_tokens: StrictInt | None = Field(
         None, ge=1, description="Accepted when at least the model's max tokens (a no-op)."
     )
@@ -141,22 +147,23 @@ def embed_response(
     }
 
 
-def _texts(body: CohereEmbedRequest) -> list[str]:
-    """The texts to embed, or a 400 naming what this server cannot do."""
-    for field in ("images", "inputs"):
-        if getattr(body, field, None):
-            raise BadRequest(
-                f"`{field}` is not supported: image embedding needs an image model; send `texts`",
-                param=field,
-            )
-    if body.input_type == "image":
+def _items(body: CohereEmbedRequest) -> tuple[list[str], Modality]:
+    """The texts or images to embed, or a 400 naming what this server cannot do."""
+    if getattr(body, "inputs", None):
         raise BadRequest(
-            "input_type 'image' is not supported: image embedding needs an image model",
-            param="input_type",
+            "`inputs` (content mixing text and images in one embedding) is not supported; "
+            "send `texts` or `images`",
+            param="inputs",
         )
+    if body.images:
+        if body.texts:
+            raise BadRequest("send `texts` or `images`, not both", param="images")
+        return body.images, "image"
+    if body.input_type == "image":
+        raise BadRequest("input_type 'image' needs `images`", param="input_type")
     if not body.texts:  # the schema already refuses this; kept for direct callers
         raise BadRequest("`texts` is required: a non-empty list of strings", param="texts")
-    return body.texts
+    return body.texts, "text"
 
 
 def _check_limits(engine: Engine, body: CohereEmbedRequest) -> None:
@@ -180,12 +187,22 @@ def _check_limits(engine: Engine, body: CohereEmbedRequest) -> None:
         )
 
 
-async def _embed(engine: Engine, texts: list[str], body: CohereEmbedRequest) -> Result:
+async def _embed(
+    engine: Engine, items: list[str], modality: Modality, body: CohereEmbedRequest
+) -> Result:
     """The one engine call: normalised dense vectors, Cohere's truncation and input_type."""
     truncate, direction = TRUNCATION[body.truncate or "END"]
     prompts = engine.model.prompts if engine.model is not None else {}
+    if modality != "text":
+        return await engine.embed(
+            items,
+            output="dense",
+            normalize=True,
+            dimensions=body.output_dimension,
+            modality=modality,
+        )
     return await engine.embed(
-        texts,
+        items,
         output="dense",  # Cohere's types are of one vector per text
         normalize=True,
         dimensions=body.output_dimension,
@@ -196,11 +213,14 @@ async def _embed(engine: Engine, texts: list[str], body: CohereEmbedRequest) -> 
 
 
 async def cohere_embed(engines: EngineArray, body: CohereEmbedRequest, limit: int) -> Reply:
-    texts = _texts(body)
-    check_batch(len(texts), limit, "texts")
-    engine = engines.for_task(body.model, "embed")
+    items, modality = _items(body)
+    check_batch(len(items), limit, "texts" if modality == "text" else "images")
+    engine = engines.for_task(body.model, "embed" if modality == "text" else "image_embed")
+    if engine.model is not None:  # before any download: the model must take images
+        engine.kind.require_modality(modality, engine.name, param="images")
     _check_limits(engine, body)
-    result = await _embed(engine, texts, body)
+    result = await _embed(engine, items, modality, body)
+    texts = items if modality == "text" else []
     v2 = isinstance(body, CohereEmbedV2Request)
     types = body.embedding_types or (["float"] if v2 else None)
     return Reply(

@@ -14,10 +14,18 @@ from typing import Any
 import numpy as np
 
 from ember.api import schemas as s
-from ember.engine import Engine, EngineArray, Timings
+from ember.capabilities import Capability, Modality
+from ember.engine import Engine, EngineArray, Result, Timings
 from ember.errors import BadRequest, PayloadTooLarge
 from ember.heads.postprocess import to_base64
 from ember.heads.sparse import SparseVector
+
+# Which capability a request's modality needs, to pick a model when none is named.
+MODALITY_CAPABILITY: dict[str, Capability] = {
+    "text": "embed",
+    "image": "image_embed",
+    "audio": "audio_embed",
+}
 
 
 @dataclass
@@ -83,7 +91,12 @@ async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, lim
     else:
         inputs = list(raw)
     check_batch(len(inputs), limit, "input")
-    engine = engines.for_task(body.model, "embed")
+    engine = engines.for_task(body.model, MODALITY_CAPABILITY[body.modality])
+    if body.modality != "text" and not all(isinstance(item, str) for item in inputs):
+        raise BadRequest(
+            f"modality {body.modality}: `input` holds URLs or data: URIs, not token ids",
+            param="input",
+        )
     base64 = body.encoding_format == "base64"
     if base64 and engine.model is not None and engine.kind.embedding == "sparse":
         raise BadRequest(
@@ -91,18 +104,42 @@ async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, lim
             f"{engine.name!r} returns sparse ones (indices and values): send float",
             param="encoding_format",
         )
-    if body.modality != "text":
-        raise BadRequest(
-            f"modality {body.modality!r} needs an {body.modality} model; model "
-            f"{engine.name!r} embeds text",
-            param="modality",
-        )
     result = await engine.embed(
         inputs,
         dimensions=body.dimensions or None,  # 0: full size, as Infinity means it
         truncate=body.truncate,
+        modality=body.modality,
         **input_type_options(engine, body.input_type),
     )
+    return _embeddings_reply(engine, result, base64)
+
+
+async def media_embeddings(
+    engines: EngineArray, body: s.MediaEmbeddingsRequest, limit: int, modality: Modality
+) -> Reply:
+    """Infinity's legacy ``/embeddings_image`` and ``/embeddings_audio``: /v1/embeddings
+    with the modality in the path."""
+    inputs = _as_list(body.input)
+    check_batch(len(inputs), limit, "input")
+    engine = engines.for_task(body.model, MODALITY_CAPABILITY[modality])
+    result = await engine.embed(inputs, dimensions=body.dimensions or None, modality=modality)
+    return _embeddings_reply(engine, result, body.encoding_format == "base64")
+
+
+async def embeddings_image(
+    engines: EngineArray, body: s.MediaEmbeddingsRequest, limit: int
+) -> Reply:
+    return await media_embeddings(engines, body, limit, "image")
+
+
+async def embeddings_audio(
+    engines: EngineArray, body: s.MediaEmbeddingsRequest, limit: int
+) -> Reply:
+    return await media_embeddings(engines, body, limit, "audio")
+
+
+def _embeddings_reply(engine: Engine, result: Result, base64: bool) -> Reply:
+    """OpenAI's list of embeddings, in the shape the model's embedding output has."""
     if engine.kind.embedding == "sparse":
         vectors = [_sparse_json(v) for v in result.outputs]
     elif base64:  # multi-vector: the [n, dim] float32 array, flattened
@@ -175,7 +212,11 @@ async def cohere_rerank(engines: EngineArray, body: s.RerankRequest, limit: int)
     check_batch(len(docs), limit, "documents")
     engine = engines.for_task(body.model, "rerank")
     result = await engine.rerank(
-        body.query, docs, raw_scores=body.raw_scores, truncate=body.truncate
+        body.query,
+        docs,
+        raw_scores=body.raw_scores,
+        truncate=body.truncate,
+        modality=body.modality,
     )
     order = np.argsort(-result.outputs, kind="stable")[: body.top_n]
     results = []

@@ -65,6 +65,22 @@ ROUTES = (
         r.EmbeddingsResponse,
     ),
     ModelRoute(
+        ("/embeddings_image",),
+        s.MediaEmbeddingsRequest,
+        ops.embeddings_image,
+        "Embed images (Infinity's legacy route: /v1/embeddings with modality image)",
+        "Infinity",
+        r.EmbeddingsResponse,
+    ),
+    ModelRoute(
+        ("/embeddings_audio",),
+        s.MediaEmbeddingsRequest,
+        ops.embeddings_audio,
+        "Embed audio (Infinity's legacy route: /v1/embeddings with modality audio)",
+        "Infinity",
+        r.EmbeddingsResponse,
+    ),
+    ModelRoute(
         ("/v1/rerank", "/v2/rerank"),
         s.RerankRequest,
         ops.cohere_rerank,

@@ -17,6 +17,8 @@ StrictBool = Annotated[bool, Strict()]
 StrictInt = Annotated[int, Strict()]
 # Cohere's input types; a model's own prompts (``query``, ``document``...) are chosen by them.
 InputType = Literal["search_query", "search_document", "classification", "clustering"]
+Modality = Literal["text", "image", "audio"]
+MediaItem = Annotated[str, Field(min_length=1)]
 TokenIds = Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=1)]
 
 
@@ -44,8 +46,10 @@ class EmbeddingsRequest(_Body):
         "(Infinity's client sends 0).",
     )
     user: str | None = None
-    modality: Literal["text", "image", "audio"] = Field(
-        "text", description="Infinity's field: what `input` holds. This server embeds text."
+    modality: Modality = Field(
+        "text",
+        description="Infinity's field: what `input` holds. image or audio: each item is an "
+        "http(s) URL or a data: URI with base64 content, for a model that takes them.",
     )
     truncate: StrictBool = Field(
         True, description="Cut text past the model's max tokens (else 400)."
@@ -55,6 +59,18 @@ class EmbeddingsRequest(_Body):
         description="Cohere's field: search_query encodes queries (ColBERT markers and "
         "expansion, the model's query prompt); default: documents.",
     )
+
+
+class MediaEmbeddingsRequest(_Body):
+    """Infinity's legacy ``POST /embeddings_image`` and ``/embeddings_audio``."""
+
+    input: MediaItem | Annotated[list[MediaItem], Field(min_length=1)] = Field(
+        description="An http(s) URL or a data: URI with base64 content, or a list of them."
+    )
+    model: str | None = Field(None, description="Served model name; any name with one model.")
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: StrictInt | None = None
+    user: str | None = None
 
 
 class RerankDocument(_Body):
@@ -71,6 +87,11 @@ class RerankRequest(_Body):
     return_documents: StrictBool = False
     raw_scores: StrictBool = Field(False, description="Logits instead of sigmoid scores.")
     truncate: StrictBool = True
+    modality: Literal["text", "image"] = Field(
+        "text",
+        description="What `documents` hold: image for page images (URLs or data: URIs) "
+        "scored by MaxSim against the text query (ColPali, ColQwen2).",
+    )
 
 
 class TEIRerankRequest(_Body):

@@ -7,6 +7,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ember.backends.registry import BACKEND_NAMES, EXPORTERS, backend_module, import_backend
+from ember.capabilities import MEDIA_BACKBONES
+from ember.errors import ConfigError
 
 if TYPE_CHECKING:
     from ember.backends.base import Backend
@@ -27,6 +29,12 @@ def load_backend(model: ResolvedModel) -> Backend:
     from ember.backends.choice import AUTO, choose_backend
 
     if model.spec.backend != AUTO:
+        if model.backbone in MEDIA_BACKBONES and model.spec.backend != "torch":
+            kind = model.kind.name if model.kind else "media"
+            raise ConfigError(
+                f"model {model.served_name!r} is a {kind} model, served by --backend torch "
+                f"(not {model.spec.backend})"
+            )
         return _load(model.spec.backend, model)
     choice = choose_backend(model)
     log.info("model %s: backend auto -> %s (%s)", model.served_name, choice.backend, choice.reason)

@@ -21,9 +21,11 @@ from ember.models.spec import ResolvedModel
 #   LOGITS        float32 [batch, labels]       sequence classifiers (the model's own head)
 #   ATTENTION     int64 [batch, seq]             optional: the mask the states were computed
 #                                                with, when a backend reshaped the batch
+#   EMBEDDINGS    float32 [batch, dim]           dual encoders: a tower's projected output
 TOKEN_STATES = "token_states"
 LOGITS = "logits"
 ATTENTION = "attention_mask"
+EMBEDDINGS = "embeddings"
 Outputs = dict[str, np.ndarray]
 
 
@@ -56,6 +58,23 @@ class TokenBatch:
     @property
     def real_tokens(self) -> int:
         return int(self.attention_mask.sum())
+
+
+@dataclass(frozen=True)
+class FeatureBatch:
+    """A batch of one modality for a media model: the arrays its processor produced
+    (``input_ids``/``pixel_values``/``input_features``...), token arrays right-padded."""
+
+    modality: str
+    arrays: dict[str, np.ndarray]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        first = next(iter(self.arrays.values()))
+        return tuple(int(n) for n in first.shape)
+
+
+Batch = TokenBatch | FeatureBatch
 
 
 @dataclass(frozen=True)
@@ -100,8 +119,9 @@ class Backend(Protocol):
     # do with an attention mask; not where a backend takes lengths and drops padding).
     masked_positions: bool
 
-    def forward(self, batch: TokenBatch) -> Outputs:
-        """``TOKEN_STATES`` for an encoder backbone, ``LOGITS`` for a sequence classifier."""
+    def forward(self, batch: Batch) -> Outputs:
+        """``TOKEN_STATES`` for an encoder backbone, ``LOGITS`` for a sequence classifier,
+        ``EMBEDDINGS`` for a dual encoder's tower (a ``FeatureBatch``)."""
         ...
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ember.backends import artifacts
 from ember.backends.registry import REGISTRY
+from ember.capabilities import MEDIA_BACKBONES
 from ember.models.spec import ResolvedModel
 
 AUTO = "auto"
@@ -86,6 +87,8 @@ def choose_backend(model: ResolvedModel, accelerator: str | None = None) -> Choi
     if exported := exported_backend(model.path):
         reason = f"the directory is an `ember export --backend {exported}` artifact"
         return Choice(exported, reason, exported=True)
+    if model.backbone in MEDIA_BACKBONES:
+        return Choice("torch", f"{model.kind.name if model.kind else 'media'} models run on torch")
     if spec.device not in ("auto", "cpu"):
         return Choice("torch", f"--device {spec.device}")
     if spec.device == "auto" and (accelerator := accelerator or accelerator_visible()):

@@ -11,12 +11,14 @@ import numpy as np
 from ember.backends.base import (
     LOGITS,
     TOKEN_STATES,
+    Backend,
     BackendDefaults,
     BackendInfo,
     Outputs,
     TokenBatch,
 )
 from ember.backends.gpu_check import torch_cuda_check
+from ember.capabilities import MEDIA_BACKBONES
 from ember.config import cpu_forward_plan
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel
@@ -166,7 +168,11 @@ class TorchBackend(BackendDefaults):
             torch.cuda.empty_cache()
 
 
-def load(model: ResolvedModel) -> TorchBackend:
+def load(model: ResolvedModel) -> Backend:
     if torch is None:
         raise MissingDependency("the torch backend needs PyTorch: pip install 'ember[torch]'")
+    if model.backbone in MEDIA_BACKBONES:
+        from ember.backends.torch_media import TorchMediaBackend
+
+        return TorchMediaBackend(model)
     return TorchBackend(model)

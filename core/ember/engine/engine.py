@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +19,8 @@ import numpy as np
 
 from ember.backends import load_backend
 from ember.backends.base import Backend
-from ember.capabilities import ModelKind, Output
+from ember.capabilities import Modality, ModelKind, Output
+from ember.config import cpu_count
 from ember.engine.batcher import Batcher, padding_budget_for
 from ember.errors import BadRequest, ConfigError, NotReady, RequestTimeout
 from ember.heads import postprocess
@@ -30,6 +31,7 @@ from ember.metrics import Metrics
 from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec, ResolvedModel
 from ember.processors import TextProcessor, build_processor
+from ember.processors.media import Features
 from ember.processors.text import Direction, Tokens
 
 log = logging.getLogger(__name__)
@@ -66,18 +68,19 @@ class Result:
 
 @dataclass(frozen=True, slots=True)
 class Piece:
-    """One input on its way through the batcher: its tokens and the head it wants."""
+    """One input on its way through the batcher: its features (a text's tokens, an image's
+    pixels...) and the head it wants."""
 
-    tokens: Tokens
+    features: Tokens | Features
     output: Output
 
     @property
     def cost(self) -> int:
-        return self.tokens.cost
+        return self.features.cost
 
     @property
-    def key(self) -> None:
-        return self.tokens.key
+    def key(self) -> Hashable:
+        return self.features.key
 
 
 class Engine:
@@ -97,6 +100,9 @@ class Engine:
         self.heads: dict[Output, Head] = {}
         self.batcher: Batcher | None = None
         self._tokenize_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
+        # Image and audio decoding + preprocessing, one item per task (Pillow, soundfile and
+        # numpy release the GIL): created with the first media model only.
+        self._media_pool: ThreadPoolExecutor | None = None
         self.ready = False
         self.load_seconds = 0.0
         self.warmup_seconds = 0.0
@@ -155,7 +161,7 @@ class Engine:
     def _run_batch(self, pieces: Sequence[Piece]) -> list[Any]:
         """One batch on a forward thread: collate, forward, and each row's head."""
         assert self.processor is not None and self.backend is not None
-        batch = self.processor.collate([p.tokens for p in pieces])
+        batch = self.processor.collate([p.features for p in pieces])  # type: ignore[arg-type]
         outputs = self.backend.forward(batch)
         first = pieces[0].output
         if all(p.output == first for p in pieces):
@@ -192,6 +198,9 @@ class Engine:
         for output in outputs:
             if output != "logits":
                 await self.embed(["warm-up"], output=output)
+        for modality in self.kind.modalities[1:]:  # each media tower once, decoded inputs
+            item = self.processor.warm_up_item(modality)  # type: ignore[attr-defined]
+            await self.batcher.run_direct([Piece(item, outputs[0])])
         if self.kind.scoring is not None:
             await self.rerank("warm-up", ["warm-up"])
         if self.kind.classifies:
@@ -205,6 +214,8 @@ class Engine:
         if self.backend:
             self.backend.close()
         self._tokenize_pool.shutdown(wait=False, cancel_futures=True)
+        if self._media_pool is not None:
+            self._media_pool.shutdown(wait=False, cancel_futures=True)
 
     # ---- facts -----------------------------------------------------------------------------
     @property
@@ -233,9 +244,11 @@ class Engine:
         truncation_direction: Direction = "right",
         prompt_name: str | None = None,
         query: bool = False,
+        modality: Modality = "text",
     ) -> Result:
         """Embeddings of ``output`` kind (default: the model's first). ``query`` asks for
-        query-side encoding where a model has one (ColBERT's markers and expansion)."""
+        query-side encoding where a model has one (ColBERT's markers and expansion).
+        ``modality`` image or audio: ``inputs`` are URLs, data: URIs or raw bytes."""
         model = self._loaded()
         kind = self.kind
         output = output or kind.embedding
@@ -256,7 +269,11 @@ class Engine:
         processor = self.processor
         assert processor is not None
         items = list(inputs)
-        if items and not isinstance(items[0], str):
+        prepare: Callable[[], Awaitable[list]]
+        if modality != "text":
+            kind.require_modality(modality, self.name)
+            prepare = self._media(items, modality)
+        elif items and not isinstance(items[0], str):
             job = lambda: processor.from_ids(items, truncate=truncate, query=query)  # noqa: E731
         else:
             if processor.encodes_queries and prompt_name in ("query", "document"):
@@ -265,7 +282,9 @@ class Engine:
             job = lambda: processor.encode(  # noqa: E731
                 texts, truncate=truncate, direction=truncation_direction, query=query
             )
-        rows, result = await self._run(job, sum(map(len, items)), output, len(items))
+        if modality == "text":
+            prepare = self._tokenizing(job, sum(map(len, items)))
+        rows, result = await self._run(prepare, output, len(items))
         if output == "dense":
             result.outputs = postprocess.embedding_output(
                 np.stack(rows),
@@ -284,27 +303,44 @@ class Engine:
         *,
         raw_scores: bool = False,
         truncate: bool = True,
+        modality: Modality = "text",
     ) -> Result:
-        """One score per document: a cross-encoder's (sigmoid unless raw), or MaxSim's."""
+        """One score per document: a cross-encoder's (sigmoid unless raw), or MaxSim's.
+        ``modality`` says what the documents are (page images for ColPali); the query is
+        text."""
         self._loaded()
         processor = self.processor
         assert processor is not None
         if self.kind.require_scoring(self.name) == "maxsim":
             docs = list(documents)
+            if modality != "text":
+                self.kind.require_modality(modality, self.name)
+                pages = self._media(docs, modality)
 
-            def encode() -> list[Tokens]:
-                return processor.encode([query], truncate=truncate, query=True) + (
-                    processor.encode(docs, truncate=truncate)
+                async def prepare() -> list:
+                    return processor.encode([query], truncate=truncate, query=True) + (
+                        await pages()
+                    )
+
+            else:
+                prepare = self._tokenizing(
+                    lambda: (
+                        processor.encode([query], truncate=truncate, query=True)
+                        + processor.encode(docs, truncate=truncate)
+                    ),
+                    len(query) + sum(map(len, docs)),
                 )
-
-            size = len(query) + sum(map(len, docs))
-            rows, result = await self._run(encode, size, "multi", 1 + len(docs))
+            rows, result = await self._run(prepare, "multi", 1 + len(docs))
             result.outputs = np.array([maxsim(rows[0], d) for d in rows[1:]], dtype=np.float64)
             return result
+        if modality != "text":
+            self.kind.require_modality(modality, self.name)
         pairs = [(query, doc) for doc in documents]
         rows, result = await self._run(
-            lambda: processor.encode_pairs(pairs, truncate=truncate),
-            len(query) * len(pairs) + sum(map(len, documents)),
+            self._tokenizing(
+                lambda: processor.encode_pairs(pairs, truncate=truncate),
+                len(query) * len(pairs) + sum(map(len, documents)),
+            ),
             "logits",
             len(pairs),
         )
@@ -319,8 +355,9 @@ class Engine:
         processor = self.processor
         assert processor is not None
         rows, result = await self._run(
-            lambda: processor.encode(list(texts), truncate=truncate),
-            sum(map(len, texts)),
+            self._tokenizing(
+                lambda: processor.encode(list(texts), truncate=truncate), sum(map(len, texts))
+            ),
             "logits",
             len(texts),
         )
@@ -352,12 +389,47 @@ class Engine:
         prefix = self.model.prompts[name]
         return [prefix + t for t in texts] if prefix else texts
 
+    def _tokenizing(
+        self, tokenize: Callable[[], list[Tokens]], size: int
+    ) -> Callable[[], Awaitable[list[Tokens]]]:
+        """Tokenise inline when ``size`` (characters or ids) is small, else on a thread."""
+
+        async def prepare() -> list[Tokens]:
+            if size <= INLINE_TOKENIZE_CHARS:
+                return tokenize()
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._tokenize_pool, tokenize)
+
+        return prepare
+
+    def _media(self, items: list, modality: Modality) -> Callable[[], Awaitable[list[Features]]]:
+        """Fetch (bounded, SSRF-checked), then decode and preprocess each item on its own
+        worker thread, overlapping the forwards that run meanwhile."""
+        from ember.media import fetch_all
+
+        processor = self.processor
+        assert processor is not None
+        decode = getattr(processor, modality)  # MediaProcessor.image / .audio
+
+        async def prepare() -> list[Features]:
+            data = await fetch_all(items, processor.limits)  # type: ignore[attr-defined]
+            if self._media_pool is None:
+                self._media_pool = ThreadPoolExecutor(
+                    max_workers=cpu_count(), thread_name_prefix="media"
+                )
+            loop = asyncio.get_running_loop()
+            pool = self._media_pool
+            jobs = [loop.run_in_executor(pool, decode, d, i) for i, d in enumerate(data)]
+            return list(await asyncio.gather(*jobs))
+
+        return prepare
+
     async def _run(
-        self, tokenize: Callable[[], list[Tokens]], size: int, output: Output, count: int
+        self, prepare: Callable[[], Awaitable[list]], output: Output, count: int
     ) -> tuple[list[Any], Result]:
-        """Admit ``count`` inputs, tokenize (inline when ``size`` is small, else on a thread),
+        """Admit ``count`` inputs, prepare their features (tokenise; fetch and decode media),
         queue, await rows. The deadline runs from here, the request's arrival, and a full
-        queue refuses before any tokenisation."""
+        queue refuses before any tokenisation or download."""
         assert self.batcher is not None and self.model is not None
         t0 = time.perf_counter()
         deadline = t0 + self.spec.request_timeout
@@ -365,11 +437,7 @@ class Engine:
         submitted = False
         futures: list[asyncio.Future] = []
         try:
-            if size <= INLINE_TOKENIZE_CHARS:
-                tokens = tokenize()
-            else:
-                loop = asyncio.get_running_loop()
-                tokens = await loop.run_in_executor(self._tokenize_pool, tokenize)
+            tokens = await prepare()  # inline tokenising awaits nothing: no task, no switch
             timings = Timings(tokenize=time.perf_counter() - t0)
             if time.perf_counter() >= deadline:
                 raise asyncio.TimeoutError

@@ -7,16 +7,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ember.backends.base import ATTENTION, TokenBatch
+from ember.backends.base import ATTENTION, Batch, TokenBatch
 from ember.capabilities import Output
 
 
 class Head(Protocol):
     output: Output
 
-    def split(
-        self, outputs: dict[str, np.ndarray], batch: TokenBatch, rows: Sequence[int]
-    ) -> list[Any]:
+    def split(self, outputs: dict[str, np.ndarray], batch: Batch, rows: Sequence[int]) -> list[Any]:
         """One result for each of ``rows`` (indices into the batch), in that order."""
         ...
 

@@ -12,6 +12,7 @@ from ember.capabilities import Output
 from ember.errors import ConfigError
 from ember.heads.base import Head
 from ember.heads.dense import DenseHead, LogitsHead
+from ember.heads.media import TokenVectorsHead, TowerHead
 from ember.heads.multivector import MultiVectorHead
 from ember.heads.sparse import LexicalWeightsHead, MlmHead, SpladeHead
 from ember.models.spec import ResolvedModel
@@ -141,6 +142,11 @@ BUILDERS: dict[str, Callable[[ResolvedModel], dict[Output, Head]]] = {
     "colbert": _colbert_heads,
     "splade": lambda m: {"sparse": SpladeHead(load_mlm_head(m))},
     "bge-m3": _bge_m3_heads,
+    "clip": lambda m: {"dense": TowerHead()},
+    "siglip": lambda m: {"dense": TowerHead()},
+    "clap": lambda m: {"dense": TowerHead()},
+    "colpali": lambda m: {"multi": TokenVectorsHead()},
+    "colqwen2": lambda m: {"multi": TokenVectorsHead()},
 }
 
 

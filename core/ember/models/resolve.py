@@ -171,6 +171,45 @@ def detect_kind(root: Path, modules: StModules) -> str | None:
     return None
 
 
+# Media models by config.json, as Infinity tells them apart: a vision tower (CLIP, SigLIP),
+# an audio tower of a CLAP type, or a retrieval VLM architecture.
+_MEDIA_MODEL_TYPES = {"clip": "clip", "siglip": "siglip", "siglip2": "siglip", "clap": "clap"}
+_MEDIA_ARCHITECTURES = {"ColPaliForRetrieval": "colpali", "ColQwen2ForRetrieval": "colqwen2"}
+
+
+def detect_media_kind(config: dict) -> str | None:
+    """The capability-table row of a media model, from its config.json; None for text."""
+    for arch in config.get("architectures") or []:
+        if arch in _MEDIA_ARCHITECTURES:
+            return _MEDIA_ARCHITECTURES[arch]
+    model_type = str(config.get("model_type", ""))
+    if model_type in ("colpali", "colqwen2"):
+        return model_type
+    if model_type in _MEDIA_MODEL_TYPES:
+        return _MEDIA_MODEL_TYPES[model_type]
+    if "vision_config" in config or "audio_config" in config:
+        raise ConfigError(
+            f"{model_type or '?'} has a vision or audio tower Ember does not serve yet; it "
+            "serves CLIP, SigLIP, CLAP, ColPali and ColQwen2"
+        )
+    return None
+
+
+def _media_facts(kind: str, config: dict) -> tuple[int, int]:
+    """(embedding width, text max length) of a media model, from its config.json."""
+    text = config.get("text_config") or {}
+    if kind in ("colpali", "colqwen2"):
+        width = config.get("embedding_dim") or config.get("dim") or 128
+        vlm = config.get("vlm_config") or {}
+        inner = vlm.get("text_config") or vlm
+        return int(width), int(inner.get("max_position_embeddings") or 8192)
+    width = config.get("projection_dim") or text.get("projection_size") or text.get("hidden_size")
+    positions = int(text.get("max_position_embeddings") or 77)
+    if kind == "clap":  # a RoBERTa text tower: positions start after the padding index
+        positions -= 2
+    return int(width or 0), positions
+
+
 def detect_task(config: dict) -> tuple[Task, int, dict[int, str]]:
     """Embedding unless the architecture is a sequence classifier (1 label: reranker)."""
     archs = config.get("architectures") or []
@@ -210,6 +249,8 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
     config = _read_json(hf_dir / "config.json")
     if config is None:
         raise ConfigError(f"{hf_dir} has no config.json; is it a transformers model?")
+    if media := detect_media_kind(config):
+        return _resolve_media(spec, root, served_name, config, media)
     detected, num_labels, id2label = detect_task(config)
     task: Task = spec.task or detected
     if task in ("rerank", "classify") and detected == "embed":
@@ -246,5 +287,30 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
         default_prompt_name=st_cfg.get("default_prompt_name"),
         config=config,
         kind=kind,
+        root=root,
+    )
+
+
+def _resolve_media(
+    spec: ModelSpec, root: Path, served_name: str, config: dict, kind_name: str
+) -> ResolvedModel:
+    """CLIP, SigLIP, CLAP, ColPali, ColQwen2: embedding models of text and media. Their
+    vectors are compared by cosine, so dense ones come back normalised (as Infinity's)."""
+    if spec.task not in (None, "embed"):
+        raise ConfigError(f"--task {spec.task}: {served_name} is a {kind_name} embedding model")
+    width, max_length = _media_facts(kind_name, config)
+    return ResolvedModel(
+        spec=replace(spec, task="embed"),
+        path=root,
+        served_name=served_name,
+        task="embed",
+        architecture=(config.get("architectures") or ["?"])[0],
+        model_type=str(config.get("model_type", "")),
+        hidden_size=width,
+        max_length=max_length,
+        pooling="cls",  # unused: the towers pool inside the model
+        normalize=True,
+        config=config,
+        kind=KINDS[kind_name],
         root=root,
     )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from ember.capabilities import Backbone, ModelKind
+    from ember.media.limits import MediaLimits
 
 Task = Literal["embed", "rerank", "classify"]
 Pooling = Literal["cls", "mean", "last", "max"]
@@ -47,6 +48,7 @@ class ModelSpec:
     neuron_sequence_lengths: tuple[int, ...] | None = None  # None: defaults, capped
     neuron_auto_cast: str | None = None  # none|matmul|all; None: not cast (float32)
     neuron_cores: int | None = None  # None: the count given at export, else the visible
+    media: MediaLimits | None = None  # fetching and decoding limits; None: the defaults
 
 
 @dataclass(frozen=True)

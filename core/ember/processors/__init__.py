@@ -1,9 +1,10 @@
 """Processors: one request item -> model features plus a cost, and a batch -> one input.
 
-Text is the one input kind today (``TextTokenizer``; ``ColbertTokenizer`` adds ColBERT's
-query and document encodings). Images and audio are further processors with the same
-shape: ``encode`` items into features with a ``cost`` and a shape ``key``, ``collate``
-a batch of them for the backend.
+Text models get ``TextTokenizer`` (``ColbertTokenizer`` adds ColBERT's query and document
+encodings); media models (CLIP, SigLIP, CLAP, ColPali, ColQwen2) get ``MediaProcessor``,
+which runs the model's own transformers processor for text, images and audio. Every
+processor has the same shape: ``encode`` items into features with a ``cost`` and a shape
+``key``, ``collate`` a batch of them for the backend.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ class TextProcessor(Protocol):
 def build_processor(model: ResolvedModel, max_length: int | None = None) -> TextProcessor:
     """The processor the model's kind names in the capability table."""
     assert model.kind is not None
+    if model.kind.processor == "media":
+        from ember.processors.media import build_media_processor
+
+        return build_media_processor(model, max_length)  # type: ignore[return-value]
     if model.kind.processor == "colbert-text":
         from ember.processors.colbert import ColbertTokenizer
 

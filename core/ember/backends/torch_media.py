@@ -1,0 +1,130 @@
+"""PyTorch for media models: one tower per modality (CLIP, SigLIP, CLAP) or a retrieval
+VLM (ColPali, ColQwen2), fed exactly the arrays the model's processor produced.
+
+Dual encoders return each tower's projected output (``get_text_features``,
+``get_image_features``, ``get_audio_features``; in transformers 5 the ``pooler_output``
+of what they return); retrieval VLMs their projected, normalised token vectors and the
+mask they were computed with, which the multi-vector head cuts each row to.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ember.backends.base import (
+    ATTENTION,
+    EMBEDDINGS,
+    TOKEN_STATES,
+    BackendDefaults,
+    BackendInfo,
+    Batch,
+    FeatureBatch,
+    Outputs,
+)
+from ember.backends.torch_backend import configure_cpu_threads, resolve_device, resolve_dtype
+from ember.config import cpu_forward_plan
+from ember.errors import ConfigError
+from ember.models.spec import ResolvedModel
+
+log = logging.getLogger(__name__)
+
+import torch  # noqa: E402  (imported by the caller's check first: ember.backends.torch_backend)
+
+# The tower method per modality of a dual encoder.
+TOWERS = {"text": "get_text_features", "image": "get_image_features", "audio": "get_audio_features"}
+
+
+def _load_net(model: ResolvedModel, dtype: torch.dtype) -> Any:
+    kind = model.kind.name if model.kind else ""
+    if kind == "colpali":
+        from transformers import ColPaliForRetrieval as net_class
+    elif kind == "colqwen2":
+        from transformers import ColQwen2ForRetrieval as net_class
+    else:
+        from transformers import AutoModel as net_class
+    options: dict[str, Any] = {"dtype": dtype, "trust_remote_code": model.spec.trust_remote_code}
+    try:
+        return net_class.from_pretrained(str(model.path), attn_implementation="sdpa", **options)
+    except ValueError:  # a tower without an SDPA kernel in transformers
+        return net_class.from_pretrained(str(model.path), **options)
+
+
+def _accepted(call: Callable[..., Any]) -> frozenset[str] | None:
+    """The arrays a tower takes by name; None: all (it passes ``**kwargs`` on, as ColPali
+    passes ``token_type_ids`` to PaliGemma)."""
+    params = inspect.signature(call).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params)
+
+
+class TorchMediaBackend(BackendDefaults):
+    def __init__(self, model: ResolvedModel) -> None:
+        self.device = resolve_device(model.spec.device)
+        self.dtype = resolve_dtype(model.spec.dtype, self.device)
+        self.parallel_forwards, self.threads = 1, 0
+        self._thread_state = threading.local()
+        if self.device == "cpu":
+            configure_cpu_threads()
+            self.parallel_forwards, self.threads = cpu_forward_plan(model.spec.forward_workers)
+        self.net = _load_net(model, self.dtype).to(self.device).eval()
+        self.backbone = model.backbone
+        self._calls: dict[str, Callable[..., Any]] = {}
+        self._accepts: dict[str, frozenset[str] | None] = {}
+        modalities = model.kind.modalities if model.kind else ("text",)
+        for modality in modalities:
+            call = (
+                getattr(self.net, TOWERS[modality])
+                if self.backbone == "dual-encoder"
+                else self.net.forward
+            )
+            self._calls[modality] = call
+            self._accepts[modality] = _accepted(call)
+        self.info = BackendInfo(
+            name="torch",
+            device=self.device,
+            dtype=str(self.dtype).removeprefix("torch."),
+            details={
+                "attention": str(getattr(self.net.config, "_attn_implementation", "eager")),
+                "forwards": f"{self.parallel_forwards}x{self.threads or 'all'} threads",
+                "towers": ",".join(modalities),
+            },
+        )
+
+    def forward(self, batch: Batch) -> Outputs:
+        if not isinstance(batch, FeatureBatch):
+            raise ConfigError("a media model's backend takes a FeatureBatch")
+        if self.threads and getattr(self._thread_state, "threads", 0) != self.threads:
+            torch.set_num_threads(self.threads)
+            self._thread_state.threads = self.threads
+        accepts = self._accepts[batch.modality]
+        with torch.inference_mode():
+            inputs = {}
+            for name, array in batch.arrays.items():
+                if accepts is not None and name not in accepts:
+                    continue
+                tensor = torch.from_numpy(array).to(self.device)
+                if tensor.is_floating_point():
+                    tensor = tensor.to(self.dtype)
+                inputs[name] = tensor
+            out = self._calls[batch.modality](**inputs)
+            if self.backbone == "dual-encoder":
+                pooled = getattr(out, "pooler_output", out)
+                return {EMBEDDINGS: pooled.float().cpu().numpy()}
+            outputs = {TOKEN_STATES: out.embeddings.float().cpu().numpy()}
+            if "attention_mask" in batch.arrays:
+                outputs[ATTENTION] = batch.arrays["attention_mask"]
+            return outputs
+
+    def close(self) -> None:
+        self.net = None
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def load(model: ResolvedModel) -> TorchMediaBackend:
+    return TorchMediaBackend(model)

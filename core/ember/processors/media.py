@@ -1,0 +1,270 @@
+"""The media processor: text, images and audio -> a model's own features, one item at a
+time, and a batch of items of one modality -> one ``FeatureBatch``.
+
+Every input goes through the model's own transformers processor (CLIPProcessor,
+SiglipProcessor, ClapProcessor, ColPaliProcessor, ColQwen2Processor), so the features are
+what the model was trained on by construction: SigLIP's text padded to its max length,
+ColPali's query prefix and augmentation tokens, Qwen2-VL's dynamic resolution. Each item
+is processed alone (as it would be if sent alone; batching never changes a vector) and
+``collate`` right-pads the token arrays and concatenates the rest.
+
+Decoding and preprocessing run on worker threads (the engine's media pool): Pillow and
+the image processors' numpy work release the GIL, so they overlap the running forward.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ember.backends.base import FeatureBatch
+from ember.capabilities import Modality
+from ember.errors import BadRequest, ConfigError, MissingDependency
+from ember.media.limits import MediaLimits
+from ember.models.spec import ResolvedModel
+from ember.processors.text import Direction
+
+log = logging.getLogger(__name__)
+
+LONG_CLIP_SEED = 0
+_LONG_CLIP_LOCK = threading.Lock()
+
+# Token arrays, right-padded to the batch's longest; every other array is concatenated on
+# its first axis (pixel values, audio features, Qwen2-VL's patches and grids).
+SEQUENCE_ARRAYS = ("input_ids", "attention_mask", "token_type_ids")
+# Processor outputs that are for training, not for the forward pass.
+DROPPED_ARRAYS = ("labels",)
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """One input's model features (arrays with a leading axis of one item, except arrays
+    that are concatenated whole), with the batcher's ``cost`` and shape ``key``."""
+
+    modality: Modality
+    arrays: dict[str, np.ndarray]
+    cost: int
+    key: Hashable
+
+    def __len__(self) -> int:
+        """Usage: tokens for text and for VLM pages, patches or frames for media."""
+        return self.cost
+
+
+class MediaProcessor:
+    """Text and media of one CLIP/SigLIP/CLAP/ColPali/ColQwen2 model, via its processor."""
+
+    masks_positions = False
+
+    def __init__(self, model: ResolvedModel, max_length: int | None = None) -> None:
+        from transformers import AutoProcessor
+
+        assert model.kind is not None
+        self.kind = model.kind.name
+        self.model_name = model.served_name
+        self.max_length = min(max_length or model.max_length, model.max_length)
+        try:
+            if self.kind == "colpali":
+                from transformers import ColPaliProcessor as processor_class
+            elif self.kind == "colqwen2":
+                from transformers import ColQwen2Processor as processor_class
+            else:
+                processor_class = AutoProcessor
+            self.processor: Any = processor_class.from_pretrained(str(model.path))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{model.path}: cannot load the model's processor: {exc}") from exc
+        self.tokenizer = self.processor.tokenizer
+        self.pad_id = int(self.tokenizer.pad_token_id or 0)
+        # ColPali and ColQwen2 encode every text as a query (their processors' one text path).
+        self.encodes_queries = self.kind in ("colpali", "colqwen2")
+        self.limits = model.spec.media or MediaLimits()
+        vision = model.config.get("vision_config") or {}
+        self.patch_size = int(vision.get("patch_size") or 1)
+        extractor = getattr(self.processor, "feature_extractor", None)
+        self.sampling_rate = int(getattr(extractor, "sampling_rate", 0) or 0)
+
+    # ---- text ------------------------------------------------------------------------------
+    def encode(
+        self,
+        texts: list[str],
+        *,
+        truncate: bool = True,
+        direction: Direction = "right",
+        query: bool = False,
+    ) -> list[Features]:
+        if direction != "right":
+            raise BadRequest(
+                f"model {self.model_name!r} ({self.kind}) truncates text on the right only",
+                param="truncation_direction",
+            )
+        return [self._text(i, text, truncate) for i, text in enumerate(texts)]
+
+    def _text(self, index: int, text: str, truncate: bool) -> Features:
+        if self.encodes_queries:
+            # ColPali's processor builds its outputs with torch ops: ask for tensors.
+            arrays = self._arrays(self.processor.process_queries([text], return_tensors="pt"))
+            return self._features("text", arrays)
+        options: dict[str, Any] = {"return_tensors": "np", "max_length": self.max_length}
+        if self.kind == "siglip":  # as SigLIP's processor documents: to the max length
+            options["padding"] = "max_length"
+        arrays = self._arrays(self.tokenizer([text], truncation=True, **options))
+        if not truncate and int(arrays["input_ids"].shape[-1]) >= self.max_length:
+            full = len(self.tokenizer(text, verbose=False)["input_ids"])
+            if full > self.max_length:
+                raise BadRequest(
+                    f"input {index}: {full} tokens, more than model {self.model_name!r} "
+                    f"takes ({self.max_length}); send truncate=true or shorten it",
+                    param="input",
+                )
+        return self._features("text", arrays)
+
+    def from_ids(
+        self, sequences: list[list[int]], *, truncate: bool = True, query: bool = False
+    ) -> list[Features]:
+        raise BadRequest(
+            f"model {self.model_name!r} ({self.kind}) takes text, not token ids", param="input"
+        )
+
+    def encode_pairs(self, pairs: list[tuple[str, str]], *, truncate: bool = True) -> list:
+        raise BadRequest(f"model {self.model_name!r} ({self.kind}) does not score text pairs")
+
+    def tokenize_detail(self, text: str, *, add_special_tokens: bool = True) -> list[dict]:
+        """TEI's /tokenize rows, from the model's own tokenizer."""
+        enc = self.tokenizer(
+            text, add_special_tokens=add_special_tokens, return_offsets_mapping=True
+        )
+        special = set(self.tokenizer.all_special_ids)
+        rows = []
+        for token_id, (start, stop) in zip(enc["input_ids"], enc["offset_mapping"], strict=True):
+            rows.append(
+                {
+                    "id": int(token_id),
+                    "text": self.tokenizer.convert_ids_to_tokens(int(token_id)),
+                    "special": int(token_id) in special,
+                    "start": int(start) if token_id not in special else None,
+                    "stop": int(stop) if token_id not in special else None,
+                }
+            )
+        return rows
+
+    def decode(self, ids: list[list[int]], *, skip_special_tokens: bool = True) -> list[str]:
+        return list(self.tokenizer.batch_decode(ids, skip_special_tokens=skip_special_tokens))
+
+    # ---- media -----------------------------------------------------------------------------
+    def image(self, data: bytes, index: int) -> Features:
+        """Decode and preprocess one image (on a worker thread)."""
+        from ember.media import decode_image
+
+        image = decode_image(data, index, self.limits)
+        return self.image_features(image, index)
+
+    def image_features(self, image: Any, index: int = 0) -> Features:
+        try:
+            if self.kind in ("colpali", "colqwen2"):
+                raw = self.processor.process_images([image], return_tensors="pt")
+            else:
+                raw = self.processor.image_processor(images=[image], return_tensors="np")
+        except (ValueError, TypeError, OSError) as exc:
+            raise BadRequest(
+                f"input {index}: the image could not be preprocessed: {exc}", param="input"
+            ) from None
+        return self._features("image", self._arrays(raw))
+
+    def audio(self, data: bytes, index: int) -> Features:
+        """Decode, resample and featurise one clip (on a worker thread)."""
+        from ember.media import decode_audio
+
+        clip = decode_audio(data, index, self.sampling_rate, self.limits)
+        return self.audio_features(clip, index)
+
+    def audio_features(self, clip: np.ndarray, index: int = 0) -> Features:
+        extractor = self.processor.feature_extractor
+        try:
+            if len(clip) > int(getattr(extractor, "nb_max_samples", len(clip))):
+                # CLAP crops (rand_trunc) or samples chunks (fusion) of a clip longer than
+                # its window at random, from numpy's global generator: seeded per call under
+                # a lock, so one clip always gets one vector.
+                with _LONG_CLIP_LOCK:
+                    np.random.seed(LONG_CLIP_SEED)
+                    raw = extractor([clip], sampling_rate=self.sampling_rate, return_tensors="np")
+            else:
+                raw = extractor([clip], sampling_rate=self.sampling_rate, return_tensors="np")
+        except (ValueError, TypeError) as exc:
+            raise BadRequest(
+                f"input {index}: the audio could not be preprocessed: {exc}", param="input"
+            ) from None
+        return self._features("audio", self._arrays(raw))
+
+    def warm_up_item(self, modality: Modality) -> Features:
+        """A synthetic input of ``modality`` for the start-up warm-up."""
+        if modality == "image":
+            from PIL import Image
+
+            return self.image_features(Image.new("RGB", (224, 224), (128, 96, 64)))
+        if modality == "audio":
+            seconds = np.arange(self.sampling_rate, dtype=np.float32) / self.sampling_rate
+            return self.audio_features(0.1 * np.sin(2 * np.pi * 440 * seconds))
+        return self.encode(["warm-up"])[0]
+
+    # ---- batching --------------------------------------------------------------------------
+    @staticmethod
+    def _arrays(raw: Any) -> dict[str, np.ndarray]:
+        return {
+            k: v.numpy() if hasattr(v, "numpy") else np.asarray(v)
+            for k, v in dict(raw).items()
+            if k not in DROPPED_ARRAYS
+        }
+
+    def _features(self, modality: Modality, arrays: dict[str, np.ndarray]) -> Features:
+        if "input_ids" in arrays:
+            cost = int(arrays["input_ids"].shape[-1])
+        elif modality == "image":
+            height, width = arrays["pixel_values"].shape[-2:]
+            cost = (height // self.patch_size) * (width // self.patch_size) + 1
+        else:  # audio: spectrogram frames
+            cost = int(arrays["input_features"].shape[-2])
+        # Arrays concatenated whole must agree in their trailing shape to share a batch;
+        # Qwen2-VL's patch rows are concatenated across images of any size.
+        shapes = tuple(
+            (name, a.shape[1:])
+            for name, a in sorted(arrays.items())
+            if name not in SEQUENCE_ARRAYS and not (self.kind == "colqwen2" and a.ndim == 2)
+        )
+        return Features(modality, arrays, cost, (modality, shapes))
+
+    def filler(self, length: int) -> Features:
+        """A text of ``length`` tokens for the warm-up's largest batch."""
+        text = " ".join(["warm"] * max(1, length))
+        return self._text(0, text, truncate=True)
+
+    def collate(self, items: Sequence[Features]) -> FeatureBatch:
+        modality = items[0].modality
+        arrays: dict[str, np.ndarray] = {}
+        for name in items[0].arrays:
+            parts = [it.arrays[name] for it in items]
+            if name in SEQUENCE_ARRAYS:
+                longest = max(p.shape[-1] for p in parts)
+                fill = self.pad_id if name == "input_ids" else 0
+                padded = np.full((len(parts), longest), fill, dtype=parts[0].dtype)
+                for row, part in enumerate(parts):
+                    padded[row, : part.shape[-1]] = part[0]
+                arrays[name] = padded
+            else:
+                arrays[name] = np.concatenate(parts, axis=0)
+        return FeatureBatch(modality, arrays)
+
+
+def build_media_processor(model: ResolvedModel, max_length: int | None = None) -> MediaProcessor:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise MissingDependency(
+            f"{model.served_name} is a {model.kind.name if model.kind else ''} model, served "
+            "with its transformers processor: pip install 'ember[torch,media]'"
+        ) from None
+    return MediaProcessor(model, max_length)
