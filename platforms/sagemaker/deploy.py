@@ -10,6 +10,8 @@
         --scale-target 600
     python platforms/sagemaker/deploy.py invoke --name ember-minilm --body '{"input": "hi"}'
     python platforms/sagemaker/deploy.py delete --name ember-minilm
+    python platforms/sagemaker/deploy.py batch --name ember-corpus --from-endpoint ember-minilm \\
+        --input s3://my-data/corpus/ --output s3://my-data/vectors/ --instance-count 4
 
 Why a script and not the SageMaker Python SDK: the whole flow is a handful of boto3
 calls, and spelling them out keeps every parameter that matters visible (the health check
@@ -39,13 +41,14 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
 from smdeploy import args as cli  # noqa: E402
-from smdeploy import common, endpoint, invocation, resources, scaling, variant  # noqa: E402
+from smdeploy import batch, common, endpoint, invocation, resources, scaling, variant  # noqa: E402
 from smdeploy.common import Clients, DeployError  # noqa: E402
 
 __all__ = [
     "COMMANDS",
     "Clients",
     "DeployError",
+    "batch",
     "common",
     "endpoint",
     "invocation",
@@ -101,6 +104,11 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Comman
     "autoscale": ("target-tracking autoscaling", _autoscale_args, endpoint.cmd_autoscale),
     "delete": ("delete endpoint, configs and models", _delete_args, endpoint.cmd_delete),
     "invoke": ("send one JSON body (async: through S3)", _invoke_args, invocation.cmd_invoke),
+    "batch": (
+        "Batch Transform: S3 JSON Lines in, one line out each",
+        batch.add_arguments,
+        batch.run,
+    ),
 }
 
 
