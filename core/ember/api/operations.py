@@ -153,6 +153,8 @@ def _embeddings_reply(engine: Engine, result: Result, base64: bool) -> Reply:
             "data": data,
             "model": engine.name,
             "usage": _usage(result.prompt_tokens),
+            "id": str(uuid.uuid4()),  # Infinity's fields, read by its generated client
+            "created": int(time.time()),
         },
         result.timings,
     )

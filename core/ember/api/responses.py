@@ -105,6 +105,8 @@ class EmbeddingsResponse(BaseModel):
     data: list[EmbeddingItem]
     model: str
     usage: Usage
+    id: str = Field(description="Infinity's: unique per answer.")
+    created: int = Field(description="Infinity's: Unix seconds.")
 
 
 # Cohere rerank and Infinity-style classify share one envelope.
