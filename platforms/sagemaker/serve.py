@@ -61,6 +61,12 @@ SAGEMAKER_MODEL_DIR = Path("/opt/ml/model")
 MODEL_DIR_ENV = "EMBER_SAGEMAKER_MODEL_DIR"
 DEFAULT_PORT = 8080
 PING = "/ping"
+# SageMaker's limits on one real-time invocation; deploy.py names a longer limit for
+# asynchronous endpoints and Batch Transform through INVOCATION_TIMEOUT_ENV.
+REALTIME_INVOCATION_TIMEOUT_S = 60.0
+REALTIME_PAYLOAD_BYTES = 6 * 1024 * 1024
+INVOCATION_TIMEOUT_ENV = "EMBER_SAGEMAKER_INVOCATION_TIMEOUT"
+ANSWER_MARGIN_S = 5.0  # Ember's 504 leaves this long before SageMaker's cut
 
 
 def find_model_dir(root: Path) -> Path | None:
@@ -99,11 +105,44 @@ def model_overrides(env: Mapping[str, str]) -> dict[str, Any]:
     return {}
 
 
+def invocation_limits(
+    env: Mapping[str, str], configured_timeout: float
+) -> tuple[float, int | None]:
+    """(request timeout, payload limit or None to keep the core's) for this container.
+
+    SageMaker cuts an invocation at its own limit (60 s on real-time endpoints; deploy.py
+    sets ``EMBER_SAGEMAKER_INVOCATION_TIMEOUT`` for asynchronous endpoints and Batch
+    Transform, whose limits are longer). Ember's deadline must fall before it, or the
+    caller gets SageMaker's bare error instead of Ember's 504; so the deadline defaults to
+    the platform's limit less a margin, and one set above that is lowered. A real-time
+    body can be up to 6 MB, three times the core's default limit, so that is the default
+    here (an explicit ``EMBER_PAYLOAD_LIMIT`` wins).
+    """
+    raw = env.get(INVOCATION_TIMEOUT_ENV, "").strip()
+    cap = float(raw) if raw else REALTIME_INVOCATION_TIMEOUT_S
+    ceiling = max(1.0, cap - ANSWER_MARGIN_S)
+    timeout = configured_timeout if env.get("EMBER_REQUEST_TIMEOUT", "").strip() else ceiling
+    if timeout > ceiling:
+        log.warning(
+            "EMBER_REQUEST_TIMEOUT=%s is past SageMaker's %s s invocation limit: using %s s so "
+            "Ember answers 504 before SageMaker cuts the request",
+            timeout,
+            cap,
+            ceiling,
+        )
+        timeout = ceiling
+    payload = None if env.get("EMBER_PAYLOAD_LIMIT", "").strip() else REALTIME_PAYLOAD_BYTES
+    return timeout, payload
+
+
 def load_settings(env: Mapping[str, str]) -> ServerSettings:
-    """Core settings from EMBER_* plus the SageMaker-specific model choice and port."""
+    """Core settings from EMBER_* plus the SageMaker-specific model choice, port and limits."""
     settings = settings_from_env(**model_overrides(env))
     port = int(env.get("SAGEMAKER_BIND_TO_PORT", DEFAULT_PORT))
-    update: dict[str, Any] = {"port": port}
+    timeout, payload = invocation_limits(env, settings.request_timeout)
+    update: dict[str, Any] = {"port": port, "request_timeout": timeout}
+    if payload is not None:
+        update["payload_limit"] = payload
     if settings.api_key:
         # SageMaker authenticates InvokeEndpoint with IAM and forwards no Authorization
         # header, and /ping cannot carry one: a key would lock SageMaker out.

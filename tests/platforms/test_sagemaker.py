@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -250,6 +251,34 @@ async def test_ping_is_503_until_models_are_loaded(minilm_path: Path) -> None:
         # /invocations is routed, not 404, even while loading
         resp = await client.post("/invocations", content=b"x", headers={"Content-Type": "a/b"})
         assert resp.status_code == 415
+
+
+def test_ember_answers_before_sagemaker_cuts_the_invocation(
+    minilm_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SageMaker cuts a real-time invocation at 60 s: Ember's deadline (the core's default
+    is 60 s too) must fall before it, or callers get SageMaker's bare error instead of
+    Ember's 504; longer limits (async, Batch Transform) come from deploy.py's variable.
+    A real-time body may be 6 MB, over the core's 2 MB default."""
+    monkeypatch.setenv("EMBER_MODEL_ID", str(minilm_path))
+    monkeypatch.delenv("EMBER_REQUEST_TIMEOUT", raising=False)
+    monkeypatch.delenv("EMBER_PAYLOAD_LIMIT", raising=False)
+    realtime = serve.load_settings(dict(os.environ))
+    assert realtime.request_timeout == 55.0
+    assert realtime.payload_limit == 6 * 1024 * 1024
+    assert all(spec.request_timeout == 55.0 for spec in realtime.model_specs())
+
+    monkeypatch.setenv("EMBER_REQUEST_TIMEOUT", "300")  # past the cap: lowered
+    assert serve.load_settings(dict(os.environ)).request_timeout == 55.0
+    monkeypatch.setenv("EMBER_REQUEST_TIMEOUT", "20")  # inside it: kept
+    assert serve.load_settings(dict(os.environ)).request_timeout == 20.0
+
+    monkeypatch.delenv("EMBER_REQUEST_TIMEOUT")
+    monkeypatch.setenv(serve.INVOCATION_TIMEOUT_ENV, "900")  # async endpoint
+    monkeypatch.setenv("EMBER_PAYLOAD_LIMIT", str(100 * 2**20))
+    asynchronous = serve.load_settings(dict(os.environ))
+    assert asynchronous.request_timeout == 895.0
+    assert asynchronous.payload_limit == 100 * 2**20
 
 
 def test_serve_requires_the_serve_argument(capsys: pytest.CaptureFixture[str]) -> None:
