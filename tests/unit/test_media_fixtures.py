@@ -53,7 +53,12 @@ def test_builds_are_byte_identical(kind: str, paths: dict[str, Path], tmp_path: 
     again = BUILDERS[kind](tmp_path / kind)
     names = sorted(p.name for p in paths[kind].iterdir())
     assert names == sorted(p.name for p in again.iterdir())
-    assert {"config.json", "model.safetensors", "processor_config.json"} <= set(names)
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(names)
+    # CLIP, SigLIP and CLAP in the hub's layout that transformers 4.x reads too; the Col*
+    # processors keep transformers 5's processor_config.json (their prompts live there).
+    legacy = kind in ("clip", "siglip", "clap")
+    assert ("preprocessor_config.json" in names) == legacy
+    assert ("processor_config.json" in names) == (not legacy)
     for name in names:
         assert (paths[kind] / name).read_bytes() == (again / name).read_bytes(), name
 
@@ -150,6 +155,12 @@ def test_siglip_pads_to_64_and_returns_input_ids_only(paths: dict[str, Path]) ->
     with torch.inference_mode():
         wrong = model.get_text_features(**longest).pooler_output.numpy()
     assert ((_unit(texts) * _unit(wrong)).sum(axis=1) < 0.999).all()
+    # So does an attention mask the processor did not return.
+    padded = processor(text=TEXTS, padding="max_length", truncation=True, return_tensors="pt")
+    mask = (padded["input_ids"] != 1).long()
+    with torch.inference_mode():
+        masked = model.get_text_features(**padded, attention_mask=mask).pooler_output.numpy()
+    assert ((_unit(texts) * _unit(masked)).sum(axis=1) < 0.999).all()
 
 
 def test_siglip_image_references(paths: dict[str, Path]) -> None:
