@@ -6,7 +6,14 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ember.backends.registry import BACKEND_NAMES, EXPORTERS, backend_module, import_backend
+from ember.backends.registry import (
+    BACKEND_NAMES,
+    EXPORTERS,
+    REGISTRY,
+    backend_module,
+    entry,
+    import_backend,
+)
 from ember.capabilities import MEDIA_BACKBONES
 from ember.errors import ConfigError
 
@@ -31,10 +38,12 @@ def load_backend(model: ResolvedModel) -> Backend:
     if model.spec.backend != AUTO:
         if model.backbone in MEDIA_BACKBONES and model.spec.backend != "torch":
             kind = model.kind.name if model.kind else "media"
-            raise ConfigError(
-                f"model {model.served_name!r} is a {kind} model, served by --backend torch "
-                f"(not {model.spec.backend})"
-            )
+            if kind not in entry(model.spec.backend).media_kinds:
+                served = ["torch", *(e.name for e in REGISTRY.values() if kind in e.media_kinds)]
+                raise ConfigError(
+                    f"model {model.served_name!r} is a {kind} model, served by --backend "
+                    f"{' or '.join(served)} (not {model.spec.backend})"
+                )
         return _load(model.spec.backend, model)
     choice = choose_backend(model)
     log.info("model %s: backend auto -> %s (%s)", model.served_name, choice.backend, choice.reason)

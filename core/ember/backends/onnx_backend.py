@@ -15,6 +15,7 @@ from ember.backends import artifacts
 from ember.backends.base import (
     LOGITS,
     TOKEN_STATES,
+    Backend,
     BackendDefaults,
     BackendInfo,
     Outputs,
@@ -114,9 +115,14 @@ class OnnxBackend(BackendDefaults):
         self.session = None  # type: ignore[assignment]
 
 
-def load(model: ResolvedModel) -> OnnxBackend:
+def load(model: ResolvedModel) -> Backend:
     """The model's graph (``onnx_export.prepare``: its own export, or a cached build) in
-    a session for the device and dtype asked for."""
+    a session for the device and dtype asked for; a dual encoder's towers load in
+    ``onnx_media``."""
+    if model.backbone == "dual-encoder":
+        from ember.backends.onnx_media import load as load_towers
+
+        return load_towers(model)
     ort = import_ort()
     plan = plan_for(model, ort.get_available_providers())
     path = prepare(model, plan)

@@ -34,6 +34,8 @@ class BackendEntry:
     runtime: tuple[str, ...]
     exporter: str | None = None
     export_subdir: str = ""
+    # Media kinds (capabilities.KINDS) it serves besides torch, which serves them all.
+    media_kinds: tuple[str, ...] = ()
 
 
 REGISTRY: dict[str, BackendEntry] = {
@@ -45,6 +47,7 @@ REGISTRY: dict[str, BackendEntry] = {
             "ember.backends.onnx_backend",
             ("onnxruntime", "onnx"),
             exporter="ember.backends.onnx_export",
+            media_kinds=("clip", "siglip"),  # each tower its own graph (onnx_media)
         ),
         BackendEntry(
             "ct2",
