@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.requirements import InvalidRequirement, Requirement
 
 from tests.platforms._helpers_runpod_sagemaker import REPO
@@ -220,3 +221,70 @@ def test_the_checks_accept_pins_digests_and_stages() -> None:
         "RUN pip install -c /tmp/c.txt '.[torch]' && pip install torch==2.13.0 ./wheel\n"
     )
     assert base_image_problems(good) == [] and pip_problems(good) == []
+
+
+# ------------------------------------------------------------------- build cache order
+def _name(requirement: str) -> str:
+    return Requirement(requirement).name.lower().replace("_", "-")
+
+
+def _ember_requirements(*extras: str) -> set[str]:
+    """Ember's own requirements and those of the named extras, as the images need them."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    names = {_name(r) for r in project["dependencies"]}
+    for extra in extras:
+        names |= {_name(r) for r in project["optional-dependencies"][extra]}
+    return names
+
+
+@pytest.mark.parametrize(
+    "relative", ["runpod/Dockerfile", "sagemaker/Dockerfile", "sagemaker/Dockerfile.cuda"]
+)
+def test_dependencies_are_installed_before_the_code_is_copied(relative: str) -> None:
+    """An edit to core/ must not reinstall torch or download weights again: every pip
+    install after `COPY core` is Ember itself, with --no-deps."""
+    steps = instructions((PLATFORMS / relative).read_text())
+    copy_core = next(i for i, (k, rest) in enumerate(steps) if k == "COPY" and "core" in rest)
+    before = [r for k, r in steps[:copy_core] if k == "RUN" and "pip install" in r]
+    after = [r for k, r in steps[copy_core:] if k == "RUN" and "pip install" in r]
+    assert before, "no dependency install ahead of the code"
+    for run in after:
+        for command in re.split(r"&&", run):
+            if "pip install" in command:
+                assert "--no-deps" in command, command
+    baking = [i for i, (k, rest) in enumerate(steps) if k == "RUN" and "bake.py" in rest]
+    assert all(i < copy_core for i in baking)
+
+
+@pytest.mark.parametrize(
+    ("section", "extras"),
+    [("runpod", ("torch", "runpod", "media", "default-model")),
+     ("sagemaker", ("torch", "media", "default-model"))],
+)  # fmt: skip
+def test_images_installing_ember_without_deps_pin_all_it_needs(
+    section: str, extras: tuple[str, ...]
+) -> None:
+    """`pip install --no-deps .` relies on the section holding every requirement."""
+    pinned = {_name(line.split(";")[0]) for line in constraints_section(section)}
+    missing = _ember_requirements(*extras) - pinned
+    assert not missing, sorted(missing)
+
+
+@pytest.mark.parametrize("section", ["modal", "bentoml", "runpod", "sagemaker"])
+def test_every_platform_image_installs_the_media_extra(section: str) -> None:
+    """Images and audio (issue 11): pillow, soundfile and soxr in every platform's image."""
+    pinned = {_name(line.split(";")[0]) for line in constraints_section(section)}
+    assert _ember_requirements("media") - _ember_requirements() <= pinned
+    neuron = (PLATFORMS / "sagemaker" / "Dockerfile").read_text()
+    assert all(name in neuron for name in ("pillow", "soundfile", "soxr"))
+
+
+def test_runpod_bake_downloads_what_serving_reads() -> None:
+    """bake.py runs before the core is installed, so it carries the core's file patterns."""
+    from ember.models.resolve import HUB_PATTERNS
+
+    source = (PLATFORMS / "runpod" / "bake.py").read_text()
+    namespace: dict[str, object] = {}
+    exec(compile(source.split("def split")[0], "bake.py", "exec"), namespace)  # constants only
+    assert namespace["HUB_PATTERNS"] == HUB_PATTERNS
+    assert "import ember" not in source and "from ember" not in source

@@ -14,9 +14,11 @@ import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from tests.platforms._helpers_runpod_sagemaker import (
@@ -26,6 +28,7 @@ from tests.platforms._helpers_runpod_sagemaker import (
     Running,
     child_env,
     free_port,
+    load_module,
     max_abs_diff,
     running,
 )
@@ -54,12 +57,37 @@ def reference(models: str) -> dict[str, Any]:
         }
 
 
+MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def runpod_model_cache(root: Path, model_id: str, model_dir: Path, commit: str) -> Path:
+    """A hub cache laid out as RunPod mounts an endpoint's cached model: the snapshot's
+    files are links (as the hub's blobs are), refs/main names the commit."""
+    repo = root / f"models--{model_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for item in model_dir.iterdir():
+        (snapshot / item.name).symlink_to(item)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    return root
+
+
 @pytest.fixture(scope="module")
-def worker(models: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+def worker(
+    minilm_path: Path, tiny_reranker_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Running]:
+    """MiniLM named by its hub id and found only in the RunPod model cache (offline: no
+    download could stand in), the reranker by path."""
+    cache = runpod_model_cache(
+        tmp_path_factory.mktemp("runpod-volume") / "hub", MINILM_ID, minilm_path, "0123abcd"
+    )
     port = free_port()
     env = child_env(
         {
-            "EMBER_MODEL_ID": models,
+            "EMBER_MODEL_ID": f"{MINILM_ID};{tiny_reranker_path}",
+            "EMBER_RUNPOD_MODEL_CACHE": str(cache),
+            "HF_HUB_OFFLINE": "1",
             "EMBER_SERVED_MODEL_NAME": NAMES,
             "EMBER_DEVICE": "cpu",
             "EMBER_MAX_BATCH_TOKENS": "1024",
@@ -93,8 +121,9 @@ def runsync(worker: Running, job_input: Any) -> dict[str, Any]:
 def test_worker_is_warm_and_sized_to_the_queue(worker: Running) -> None:
     log = worker.log()
     assert "model minilm ready" in log and "model reranker ready" in log
-    # EMBER_MAX_QUEUE_SIZE 256 // EMBER_MAX_BATCH_SIZE 16 jobs per worker.
-    assert "concurrency=16" in log
+    assert "0123abcd" in log  # MiniLM came from the RunPod model cache
+    # Starts at 4 jobs and may grow to EMBER_MAX_QUEUE_SIZE 256 // EMBER_MAX_BATCH_SIZE 16.
+    assert "concurrency=4 (at most 16)" in log
 
 
 def test_native_embeddings(worker: Running, reference: dict[str, Any]) -> None:
@@ -117,6 +146,28 @@ def test_native_rerank(worker: Running, reference: dict[str, Any]) -> None:
     for r in results:
         assert abs(r["relevance_score"] - reference["rerank"][r["index"]]) < 1e-5
         assert r["document"]["text"] == TEXTS[r["index"]]
+
+
+def test_worker_infinity_rerank_fields(worker: Running, reference: dict[str, Any]) -> None:
+    """worker-infinity-embedding's `docs` and `return_docs` mean documents and
+    return_documents, so its users' jobs run unchanged."""
+    job = runsync(worker, {"query": QUERY, "docs": TEXTS, "return_docs": True, "model": "reranker"})
+    assert job["status"] == "COMPLETED", job
+    for r in job["output"]["results"]:
+        assert abs(r["relevance_score"] - reference["rerank"][r["index"]]) < 1e-5
+        assert r["document"]["text"] == TEXTS[r["index"]]
+    both = runsync(worker, {"query": QUERY, "docs": TEXTS, "documents": TEXTS})
+    assert both["status"] == "FAILED" and "not both" in both["error"]
+
+
+def test_unknown_fields_reach_the_core(worker: Running) -> None:
+    """`modality` (and any field the core knows) is passed through, not dropped: a text
+    model asked for images says so instead of embedding the URLs as text."""
+    job = runsync(
+        worker, {"input": ["https://example.com/cat.png"], "modality": "image", "model": "minilm"}
+    )
+    assert job["status"] == "FAILED", job
+    assert "image" in job["error"] and "400" in job["error"]
 
 
 def test_openai_route_returns_the_openai_body(worker: Running, reference: dict[str, Any]) -> None:
@@ -166,11 +217,15 @@ def test_shipped_test_input_completes(worker: Running) -> None:
     assert len(job["output"]["data"]) == len(shipped["input"]["input"])
 
 
+@pytest.mark.parametrize("fixed", ["4", ""])
 def test_worker_mode_takes_concurrent_jobs_from_the_queue(
-    minilm_path: Path, reference: dict[str, Any], tmp_path: Path
+    minilm_path: Path, reference: dict[str, Any], tmp_path: Path, fixed: str
 ) -> None:
     """Deployed mode: RunPod's JobScaler (asyncio.run, not uvicorn) pulls jobs in batches
-    of the concurrency_modifier's value and posts each result, errors as job errors."""
+    of the concurrency_modifier's value and posts each result, errors as job errors. A
+    fixed EMBER_RUNPOD_CONCURRENCY is honoured; unset, the worker starts at 4 jobs, not
+    at all its queue could hold (128 with the defaults), so the rest wait in RunPod's
+    queue where its autoscaler can see them."""
     jobs: list[dict[str, Any]] = [
         {"id": f"job-{i}", "input": {"input": [TEXTS[i % 2]]}} for i in range(10)
     ]
@@ -183,8 +238,8 @@ def test_worker_mode_takes_concurrent_jobs_from_the_queue(
                 "EMBER_SERVED_MODEL_NAME": "minilm",
                 "EMBER_DEVICE": "cpu",
                 "EMBER_MAX_BATCH_TOKENS": "1024",
-                "EMBER_RUNPOD_CONCURRENCY": "4",
                 "RUNPOD_LOG_LEVEL": "INFO",
+                **({"EMBER_RUNPOD_CONCURRENCY": fixed} if fixed else {}),
             }
         )
         log_path = tmp_path / "worker.log"
@@ -204,7 +259,11 @@ def test_worker_mode_takes_concurrent_jobs_from_the_queue(
         text = log_path.read_text(errors="replace")
         assert finished, f"results {sorted(queue.results)} of {len(jobs)}:\n{text[-4000:]}"
 
-    assert max(queue.batch_sizes) == 4, queue.batch_sizes  # concurrency_modifier honoured
+    assert queue.batch_sizes[0] == 4, queue.batch_sizes  # the first take
+    if fixed:
+        assert max(queue.batch_sizes) == 4, queue.batch_sizes  # concurrency_modifier honoured
+    else:
+        assert max(queue.batch_sizes) <= 4096 // 32, queue.batch_sizes
     for i in range(10):
         out = queue.results[f"job-{i}"]["output"]
         assert out["object"] == "list" and out["model"] == "minilm"
@@ -225,3 +284,113 @@ def test_bad_concurrency_setting_stops_the_worker_before_loading(tmp_path: Path)
     assert proc.returncode == 1
     assert "EMBER_RUNPOD_CONCURRENCY must be a positive integer, got '0'" in proc.stderr
     assert "ready:" not in proc.stderr  # no model was loaded
+
+
+# ------------------------------------------------------------ the handler, in-process
+# The handler's own code over a stand-in for the engines (no model needed): what it does
+# with an answer too large for RunPod and with a fatal CUDA error, run through RunPod's
+# own job runner to see what the platform receives.
+handler_module = load_module(HANDLER, "ember_runpod_handler")
+
+
+class _Loop:
+    def __init__(self, outcome: Any) -> None:
+        self.outcome = outcome
+
+    async def run_async(self, coro: Any) -> Any:
+        coro.close()  # the dispatch is not run: the outcome stands in for the engines'
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
+
+
+def _handler(outcome: Any) -> Any:
+    worker = SimpleNamespace(
+        settings=SimpleNamespace(max_client_batch_size=2048), loop=_Loop(outcome), engines=[]
+    )
+    return handler_module.make_handler(worker)
+
+
+async def _run_job(outcome: Any) -> dict[str, Any]:
+    from runpod.serverless.modules.rp_job import run_job
+
+    return await run_job(_handler(outcome), {"id": "j1", "input": {"input": ["x"]}})
+
+
+async def test_an_answer_over_runpods_output_limit_fails_with_a_message() -> None:
+    vectors = np.ones((7000, 384), dtype=np.float32) / 3  # ~20.5 MB as JSON
+    body = {"object": "list", "data": [{"embedding": v} for v in vectors]}
+    result = await _run_job(body)
+    assert "output" not in result, "RunPod would have shown COMPLETED with no output"
+    assert "20 MB job-output limit" in result["error"] and "413" in result["error"]
+    small = await _run_job({"object": "list", "data": [{"embedding": vectors[0]}]})
+    assert "error" not in small and small["output"]["object"] == "list"
+
+
+@pytest.mark.parametrize(
+    ("error", "refresh"),
+    [
+        (RuntimeError("CUDA error: an illegal memory access was encountered"), True),
+        (RuntimeError("CUDA error: device-side assert triggered"), True),
+        (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), False),
+        (ValueError("something else"), False),
+    ],
+)
+async def test_a_fatal_cuda_error_replaces_the_worker(error: Exception, refresh: bool) -> None:
+    result = await _run_job(error)
+    assert result["error"].startswith("500 server_error")
+    assert bool(result.get("stopPod")) is refresh  # RunPod's SDK: refresh_worker -> stopPod
+
+
+def test_concurrency_follows_the_engine_backlog() -> None:
+    step = handler_module.next_concurrency
+    assert step(4, in_flight=4, backlog_batches=0.5, ceiling=128) == 8  # busy, keeping up
+    assert step(128, in_flight=128, backlog_batches=0, ceiling=128) == 128  # the ceiling
+    assert step(8, in_flight=8, backlog_batches=3, ceiling=128) == 4  # behind: leave jobs
+    assert step(1, in_flight=1, backlog_batches=9, ceiling=128) == 1
+    assert step(8, in_flight=3, backlog_batches=0, ceiling=128) == 8  # idle slots: keep
+    assert step(8, in_flight=8, backlog_batches=1.5, ceiling=128) == 8
+
+
+def test_cached_snapshot_follows_the_hub_cache_layout(tmp_path: Path, minilm_path: Path) -> None:
+    cache = runpod_model_cache(tmp_path, MINILM_ID, minilm_path, "c0ffee")
+    found = handler_module.cached_snapshot(cache, MINILM_ID)
+    assert found == cache / "models--sentence-transformers--all-MiniLM-L6-v2/snapshots/c0ffee"
+    assert handler_module.cached_snapshot(cache, MINILM_ID, "c0ffee") == found
+    assert handler_module.cached_snapshot(cache, MINILM_ID, "v2") is None
+    assert handler_module.cached_snapshot(cache, "BAAI/bge-small-en-v1.5") is None
+    env = {
+        "EMBER_MODEL_ID": f"{MINILM_ID};BAAI/bge-small-en-v1.5",
+        "EMBER_RUNPOD_MODEL_CACHE": str(cache),
+    }
+    assert handler_module.model_overrides(env) == {
+        "model_id": f"{found};BAAI/bge-small-en-v1.5",
+        "served_model_name": f"{MINILM_ID};BAAI/bge-small-en-v1.5",
+    }
+    assert handler_module.model_overrides({**env, "EMBER_MODEL_ID": "x/y"}) == {}
+
+
+def test_hub_files_describe_this_worker(worker: Running) -> None:
+    """.runpod/hub.json and tests.json as RunPod's Hub reads them: every environment
+    variable offered is one the worker reads, and every Hub test job completes here (its
+    model id swapped for the one this worker serves)."""
+    from ember.config import ServerSettings
+
+    hub = json.loads((HANDLER.parent / ".runpod" / "hub.json").read_text())
+    assert hub["type"] == "serverless" and hub["config"]["runsOn"] == "GPU"
+    assert hub["config"]["allowedCudaVersions"] == ["13.0"]  # the torch wheel's CUDA
+    known = {f"EMBER_{name.upper()}" for name in ServerSettings.model_fields}
+    known.add(handler_module.CONCURRENCY_ENV)
+    for env in hub["config"]["env"]:
+        assert env["key"] in known, env["key"]
+        assert {"name", "type", "description", "default"} <= set(env["input"])
+
+    tests = json.loads((HANDLER.parent / ".runpod" / "tests.json").read_text())
+    assert tests["tests"] and tests["config"]["gpuCount"] == 1
+    for case in tests["tests"]:
+        assert case["timeout"] > 0
+        job_input = json.loads(
+            json.dumps(case["input"]).replace("BAAI/bge-small-en-v1.5", "minilm")
+        )
+        job = runsync(worker, job_input)
+        assert job["status"] == "COMPLETED", (case["name"], job)

@@ -1,0 +1,49 @@
+"""Download model weights into the image's Hugging Face cache, before Ember is installed.
+
+    python bake.py "BAAI/bge-small-en-v1.5;BAAI/bge-reranker-base" "main;main"
+
+Run by the Dockerfile ahead of ``COPY core``, so only the model ids and revisions decide
+the layer: an edit to Ember's code reuses the baked weights (and the dependency layer
+under them). It imports huggingface_hub only; the file patterns are the core's
+(``ember.models.resolve.HUB_PATTERNS``, kept equal by tests/platforms/test_runpod.py), so
+serving finds every file it would have downloaded. Empty ids bake nothing: the image then
+serves the packaged all-MiniLM-L6-v2, or whatever EMBER_MODEL_ID names at run time.
+"""
+
+from __future__ import annotations
+
+import sys
+
+HUB_PATTERNS = [
+    "*.json",
+    "*.txt",
+    "*.model",
+    "*.safetensors",
+    "1_Pooling/*",
+    "*/config.json",
+    "onnx/model.onnx",
+    "onnx/model.onnx_data",
+]
+
+
+def split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(";")]
+
+
+def bake(model_ids: str, revisions: str = "") -> list[str]:
+    """Download each ``;``-separated id (at the matching revision); return the paths."""
+    from huggingface_hub import snapshot_download
+
+    ids = [i for i in split(model_ids) if i]
+    revs = split(revisions)
+    paths = []
+    for n, model_id in enumerate(ids):
+        revision = revs[n] if n < len(revs) and revs[n] else None
+        path = snapshot_download(model_id, revision=revision, allow_patterns=HUB_PATTERNS)
+        print(f"baked {model_id}@{revision or 'main'} at {path}", flush=True)
+        paths.append(path)
+    return paths
+
+
+if __name__ == "__main__":
+    bake(*(sys.argv[1:3]))
