@@ -12,7 +12,9 @@ backend, and a field Ember has no equivalent for warns once what Ember does inst
 Where the numbers differ from Infinity's: ``usage`` counts tokens (Infinity counts
 characters unless ``lengths_via_tokenize``); ``matryoshka_dim`` truncates and
 re-normalises (Infinity only truncates); ``embedding_dtype`` int8/uint8 use fixed scales
-(``ember.heads.quantize``) where Infinity calibrates on a downloaded text set.
+(``ember.heads.quantize``) where Infinity calibrates on a downloaded text set; and
+``image_embed`` / ``audio_embed`` go through Ember's fetching limits (no private addresses
+unless ``EMBER_ALLOW_PRIVATE_URLS``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.capabilities import ModelKind
+from ember.capabilities import Modality, ModelKind
 from ember.config import DEFAULT_MODEL_NAME, ServerSettings, settings_from_env
 from ember.engine.engine import Engine
 from ember.heads import quantize
@@ -60,6 +62,18 @@ _NO_SETTING = (
     "onnx_disable_optimize",
     "onnx_do_not_prefer_quantized",
 )
+
+
+def _image_bytes(image: Any) -> str | bytes:
+    """A PIL image (which Infinity's image_embed takes too) as PNG bytes; URLs, data: URIs
+    and bytes go to the engine as they are."""
+    if hasattr(image, "save") and not isinstance(image, (str, bytes)):
+        import io
+
+        out = io.BytesIO()
+        image.save(out, format="PNG")
+        return out.getvalue()
+    return image  # type: ignore[no-any-return]
 
 
 def _plain(value: Any) -> Any:
@@ -251,6 +265,28 @@ class AsyncEmbeddingEngine:
         )
         return self._items(result.outputs), result.prompt_tokens
 
+    async def image_embed(
+        self, *, images: list[Any], matryoshka_dim: int | None = None
+    ) -> tuple[list[Any], int]:
+        """(one vector per image, usage): images as URLs, data: URIs, bytes or PIL images."""
+        return await self._media(list(map(_image_bytes, images)), "image", matryoshka_dim)
+
+    async def audio_embed(
+        self, *, audios: list[str | bytes], matryoshka_dim: int | None = None
+    ) -> tuple[list[Any], int]:
+        """(one vector per clip, usage): clips as URLs, data: URIs or encoded bytes."""
+        return await self._media(list(audios), "audio", matryoshka_dim)
+
+    async def _media(
+        self, items: list[str | bytes], modality: Modality, matryoshka_dim: int | None
+    ) -> tuple[list[Any], int]:
+        result = await self._assert_running().embed(
+            items,  # type: ignore[arg-type]
+            modality=modality,
+            dimensions=matryoshka_dim or None,
+        )
+        return self._items(result.outputs), result.prompt_tokens
+
     async def rerank(
         self,
         *,
@@ -342,3 +378,13 @@ class AsyncEngineArray:
         self, *, model: str, sentences: list[str], raw_scores: bool = False
     ) -> tuple[list[list[dict[str, Any]]], int]:
         return await self[model].classify(sentences=sentences, raw_scores=raw_scores)
+
+    async def image_embed(
+        self, *, model: str, images: list[Any], matryoshka_dim: int | None = None
+    ) -> tuple[list[Any], int]:
+        return await self[model].image_embed(images=images, matryoshka_dim=matryoshka_dim)
+
+    async def audio_embed(
+        self, *, model: str, audios: list[str | bytes], matryoshka_dim: int | None = None
+    ) -> tuple[list[Any], int]:
+        return await self[model].audio_embed(audios=audios, matryoshka_dim=matryoshka_dim)

@@ -389,3 +389,133 @@ def test_engine_refuses_calls_before_astart(minilm_path: Path) -> None:
     assert engine.engine_args.served_model_name == "/".join(str(minilm_path).split("/")[-2:])
     with pytest.raises(ValueError, match="didn't start"):
         asyncio.run(engine.embed(["x"]))
+
+
+# ---- images and audio ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def media_paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from tests.fixtures.media_models import build_tiny_clap, build_tiny_clip
+
+    root = tmp_path_factory.mktemp("infinity-media")
+    return {"clip": build_tiny_clip(root / "clip"), "clap": build_tiny_clap(root / "clap")}
+
+
+@pytest.fixture(scope="module")
+def media_server(media_paths: dict[str, Path]) -> Iterator[ServerProcess]:
+    from tests.support import start_server
+
+    models = f"{media_paths['clip']};{media_paths['clap']}"
+    with start_server(["--model-id", models, "--served-model-name", "clip;clap"]) as proc:
+        yield proc
+
+
+def _media_items() -> tuple[list[str], list[str]]:
+    from tests.fixtures.media_samples import (
+        CLAP_RATE,
+        audio_data_uri,
+        gradient_image,
+        image_data_uri,
+        shapes_image,
+        sine,
+    )
+
+    images = [image_data_uri(gradient_image(64, 48)), image_data_uri(shapes_image(40, 40))]
+    clips = [
+        audio_data_uri(sine(440.0, 1.0), CLAP_RATE),
+        audio_data_uri(sine(880.0, 0.5), CLAP_RATE),
+    ]
+    return images, clips
+
+
+def _own(server: ServerProcess, model: str, items: list[str], modality: str) -> np.ndarray:
+    body = {"model": model, "input": items, "modality": modality}
+    answer = httpx.post(server.url + "/v1/embeddings", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    return np.array([item["embedding"] for item in answer.json()["data"]])
+
+
+def test_client_images_and_audio(media_server: ServerProcess) -> None:
+    """Infinity's generated client for every media call: /embeddings with modality image
+    and audio (its own body classes), and the legacy /embeddings_image, /embeddings_audio."""
+    from infinity_client.api.default import embeddings_audio, embeddings_image
+    from infinity_client.models import (
+        AudioEmbeddingInput,
+        ImageEmbeddingInput,
+        OpenAIEmbeddingInputAudio,
+        OpenAIEmbeddingInputImage,
+    )
+
+    images, clips = _media_items()
+    client = Client(base_url=media_server.url)
+    cases = [
+        (embeddings.sync, OpenAIEmbeddingInputImage(input_=images, model="clip"), "clip", images),
+        (embeddings.sync, OpenAIEmbeddingInputAudio(input_=clips, model="clap"), "clap", clips),
+        (embeddings_image.sync, ImageEmbeddingInput(input_=images, model="clip"), "clip", images),
+        (embeddings_audio.sync, AudioEmbeddingInput(input_=clips, model="clap"), "clap", clips),
+    ]
+    for call, body, model, items in cases:
+        result = call(client=client, body=body)
+        assert isinstance(result, OpenAIEmbeddingResult), (call, body)
+        modality = "image" if model == "clip" else "audio"
+        np.testing.assert_allclose(
+            [v.embedding for v in result.data],
+            _own(media_server, model, items, modality),
+            atol=1e-6,
+        )
+    text = embeddings.sync(
+        client=client, body=OpenAIEmbeddingInputText(input_="a cat", model="clip")
+    )
+    assert isinstance(text, OpenAIEmbeddingResult)
+    np.testing.assert_allclose(
+        text.data[0].embedding, _own(media_server, "clip", ["a cat"], "text")[0], atol=1e-6
+    )
+    listed = models.sync(client=client)
+    assert isinstance(listed, OpenAIModelInfo)
+    assert [set(m.capabilities) for m in listed.data] == [
+        {"embed", "image_embed"},
+        {"embed", "audio_embed"},
+    ]
+
+
+def test_python_api_images_and_audio(
+    media_server: ServerProcess, media_paths: dict[str, Path]
+) -> None:
+    """image_embed and audio_embed through ember.infinity, equal to the server's answers;
+    a PIL image is taken as Infinity takes it."""
+    from ember.infinity import AsyncEngineArray, EngineArgs
+    from tests.fixtures.media_samples import decode_image
+
+    images, clips = _media_items()
+    want_images = _own(media_server, "clip", images, "image")
+    want_clips = _own(media_server, "clap", clips, "audio")
+    pil = decode_image(_data_uri_bytes(images[0]))
+
+    async def run() -> tuple[list, list, list, int]:
+        array = AsyncEngineArray.from_args(
+            [
+                EngineArgs(model_name_or_path=str(media_paths["clip"]), served_model_name="clip"),
+                EngineArgs(model_name_or_path=str(media_paths["clap"]), served_model_name="clap"),
+            ]
+        )
+        await array.astart()
+        try:
+            got_images, _ = await array.image_embed(model="clip", images=images)
+            got_pil, _ = await array.image_embed(model="clip", images=[pil])
+            got_clips, usage = await array.audio_embed(model="clap", audios=clips)
+        finally:
+            await array.astop()
+        return got_images, got_pil, got_clips, usage
+
+    got_images, got_pil, got_clips, usage = asyncio.run(run())
+    np.testing.assert_allclose(got_images, want_images, atol=1e-6)
+    np.testing.assert_allclose(got_pil[0], want_images[0], atol=1e-5)
+    np.testing.assert_allclose(got_clips, want_clips, atol=1e-6)
+    assert usage > 0
+
+
+def _data_uri_bytes(uri: str) -> bytes:
+    import base64
+
+    return base64.b64decode(uri.split(",", 1)[1])
