@@ -279,11 +279,11 @@ def test_every_platform_image_installs_the_media_extra(section: str) -> None:
     assert all(name in neuron for name in ("pillow", "soundfile", "soxr"))
 
 
-def test_runpod_bake_downloads_what_serving_reads() -> None:
+def test_bake_downloads_what_serving_reads() -> None:
     """bake.py runs before the core is installed, so it carries the core's file patterns."""
     from ember.models.resolve import HUB_PATTERNS
 
-    source = (PLATFORMS / "runpod" / "bake.py").read_text()
+    source = (PLATFORMS / "bake.py").read_text()
     namespace: dict[str, object] = {}
     exec(compile(source.split("def split")[0], "bake.py", "exec"), namespace)  # constants only
     assert namespace["HUB_PATTERNS"] == HUB_PATTERNS

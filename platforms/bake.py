@@ -1,13 +1,13 @@
-"""Download model weights into the image's Hugging Face cache, before Ember is installed.
+"""Download model weights into an image's Hugging Face cache, before Ember is installed.
 
     python bake.py "BAAI/bge-small-en-v1.5;BAAI/bge-reranker-base" "main;main"
 
-Run by the Dockerfile ahead of ``COPY core``, so only the model ids and revisions decide
-the layer: an edit to Ember's code reuses the baked weights (and the dependency layer
-under them). It imports huggingface_hub only; the file patterns are the core's
-(``ember.models.resolve.HUB_PATTERNS``, kept equal by tests/platforms/test_runpod.py), so
-serving finds every file it would have downloaded. Empty ids bake nothing: the image then
-serves the packaged all-MiniLM-L6-v2, or whatever EMBER_MODEL_ID names at run time.
+Every platform image (RunPod's Dockerfile, Modal's image, BentoML's) runs this ahead of
+Ember's code, with the model ids and revisions as its only inputs: an edit to Ember, or
+to any other setting (the API key included), reuses the baked weights and the dependency
+layer under them. It imports huggingface_hub only; the file patterns are the core's
+(``ember.models.resolve.HUB_PATTERNS``, kept equal by tests/platforms/test_dockerfiles.py),
+so serving finds every file it would have downloaded. Empty ids bake nothing.
 """
 
 from __future__ import annotations
