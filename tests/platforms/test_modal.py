@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
+from ember.platform import EmberError
 from tests.platforms._helpers_modal_bentoml import (
     REMOVED_MODAL_ARGS,
     REPO,
@@ -47,23 +48,33 @@ def test_source_uses_no_removed_modal_arguments() -> None:
 
 
 def test_imports_without_modal_credentials_and_reads_its_knobs(tmp_path: Path) -> None:
-    """Deploy-time knobs come from EMBER_* env; importing needs no token or config file."""
+    """Deploy-time knobs come from EMBER_* env; importing needs no token or config file.
+    The API key is not forwarded as a variable: it travels as a Modal Secret."""
     code = (
         "import modal, platforms.modal.app as m\n"
         "assert isinstance(m.Ember, modal.Cls)\n"
         "print(m.TARGET_INPUTS, m.MAX_INPUTS, sorted(m.VOLUMES), m.CONTAINER_ENV['HF_HOME'],"
-        " m.CONTAINER_ENV['EMBER_MAX_BATCH_SIZE'], m.CUDA_IMAGE)\n"
+        " m.CONTAINER_ENV['EMBER_MAX_BATCH_SIZE'], 'EMBER_API_KEY' in m.CONTAINER_ENV,"
+        " len(m.SECRETS), all(isinstance(x, modal.Secret) for x in m.SECRETS))\n"
     )
-    env = child_env({"EMBER_MAX_BATCH_SIZE": "16", "EMBER_MODAL_WEIGHTS": "volume"}, tmp_path)
+    env = child_env(
+        {
+            "EMBER_MAX_BATCH_SIZE": "16",
+            "EMBER_MODAL_WEIGHTS": "volume",
+            "EMBER_API_KEY": "sekrit",
+            "EMBER_MODAL_SECRET": "ember-api-key",
+        },
+        tmp_path,
+    )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    target, most, volumes, hf_home, batch, image = done.stdout.split(maxsplit=5)
+    target, most, volumes, hf_home, batch, key_in_env, n_secrets, typed = done.stdout.split()
     assert (int(target), int(most)) == (16, 64)  # sized to the batcher: one batch / four
     assert volumes == "['/cache/hf']" and hf_home == "/cache/hf"
     assert batch == "16"  # forwarded into the container unchanged
-    assert image.strip().startswith("nvidia/cuda:") and "latest" not in image
+    assert key_in_env == "False" and n_secrets == "2" and typed == "True"
 
     bad = child_env({"EMBER_MODAL_WEIGHTS": "s3"}, tmp_path)
     done = subprocess.run(
@@ -75,6 +86,41 @@ def test_imports_without_modal_credentials_and_reads_its_knobs(tmp_path: Path) -
         timeout=120,
     )
     assert done.returncode != 0 and "EMBER_MODAL_WEIGHTS" in done.stderr
+
+
+def test_image_bakes_weights_from_the_model_id_alone_before_the_code() -> None:
+    """Layer order is cache order: pinned packages, then the weights (a step naming only
+    the model ids and revisions), then Ember's source, mounted at start. A changed API key
+    or batch size used to re-download every weight; now it leaves the plan as it was."""
+    import modal
+
+    from platforms.modal import app as m
+
+    pins = m.constraint_pins("modal")
+    base = {"EMBER_MODEL_ID": "BAAI/bge-small-en-v1.5;BAAI/bge-reranker-base",
+            "EMBER_REVISION": "main;v2"}  # fmt: skip
+    plan = m.image_steps(base, "image", pins)
+    methods = [method for method, _, _ in plan]
+    assert methods == ["uv_pip_install", "env", "add_local_file", "run_commands", "env",
+                       "add_local_python_source"]  # fmt: skip
+    (bake,) = plan[3][1]
+    assert bake == f"python {m.BAKE_PATH} 'BAAI/bge-small-en-v1.5;BAAI/bge-reranker-base' 'main;v2'"
+    assert plan[2][1][0] == str(REPO / "platforms" / "bake.py")
+    assert plan[-1] == ("add_local_python_source", ("ember",), {})  # copy=False: not a layer
+
+    changed = {
+        **base,
+        "EMBER_API_KEY": "sekrit",
+        "EMBER_MAX_BATCH_SIZE": "8",
+        "EMBER_DTYPE": "bf16",
+    }
+    assert m.image_steps(changed, "image", pins) == plan
+    assert "sekrit" not in repr(m.image_steps(changed, "image", pins))
+    assert "run_commands" not in [s[0] for s in m.image_steps(base, "volume", pins)]
+    assert "run_commands" not in [s[0] for s in m.image_steps({}, "image", pins)]
+    image = m.build_image(base, "image")  # the real modal.Image API accepts the plan
+    assert isinstance(image, modal.Image)
+    assert "nvidia/cuda" not in (REPO / "platforms" / "modal" / "app.py").read_text()
 
 
 def test_image_pins_every_runtime_dependency() -> None:
@@ -152,7 +198,8 @@ def test_local_methods_run_enter_hooks_and_match_the_core(reference: dict) -> No
 def _check_methods(ember: object, reference: dict) -> None:
     # First call on the instance: Modal runs enter(snap=True) then enter(snap=False);
     # without both, load() has no settings and there are no engines to embed with.
-    vectors = np.array(ember.embed.local(TEXTS, "minilm"))
+    vectors = ember.embed.local(TEXTS, "minilm")
+    assert isinstance(vectors, np.ndarray) and vectors.dtype == np.float32  # not lists
     assert vectors.shape == (2, 384)
     np.testing.assert_allclose(vectors, reference["embed"], atol=1e-5)
 
@@ -160,6 +207,9 @@ def _check_methods(ember: object, reference: dict) -> None:
     body = ember.invoke.local({"input": TEXTS, "model": "minilm"})
     got = np.array([row["embedding"] for row in body["data"]])
     np.testing.assert_allclose(got, reference["embed"], atol=1e-5)
+    # Fields the core reads (modality) are not dropped on the way.
+    with pytest.raises(EmberError, match="image"):
+        ember.invoke.local({"input": ["https://x/cat.png"], "modality": "image", "model": "minilm"})
     body = ember.invoke.local({"query": QUERY, "documents": DOCS, "model": "reranker"})
     scores = {r["index"]: r["relevance_score"] for r in body["results"]}
     np.testing.assert_allclose(
