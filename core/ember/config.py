@@ -36,6 +36,8 @@ DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 BACKENDS = ("auto", *BACKEND_NAMES)
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16", "int8")
+# /v1/embeddings' vector types: Infinity's names for Cohere's types (ember.heads.quantize).
+EMBEDDING_DTYPES = ("float32", "int8", "uint8", "binary", "ubinary")
 # neuron: optimum-neuron's auto_cast modes, and the sequence buckets compiled when none
 # are given (each capped at the model's maximum: ember.backends.neuron_shapes).
 NEURON_AUTO_CAST = ("none", "matmul", "all")
@@ -50,6 +52,7 @@ PER_MODEL_FIELDS = (
     "device",
     "dtype",
     "pooling",
+    "embedding_dtype",
     "revision",
     "max_batch_tokens",
     "max_batch_size",
@@ -84,6 +87,12 @@ class ServerSettings(BaseSettings):
         "auto|float32|float16|bfloat16|int8; auto is float32 on CPU, float16 on CUDA.", "auto"
     )
     pooling: str | None = _per_model("auto|cls|mean|last|max; auto reads 1_Pooling.", "auto")
+    embedding_dtype: str | None = _per_model(
+        f"{'|'.join(EMBEDDING_DTYPES)}: the type /v1/embeddings answers dense vectors in "
+        "(Infinity's --embedding-dtype), computed as Cohere's output types (README); base64 "
+        "needs float32.",
+        "float32",
+    )
     revision: str | None = _per_model("Hub revision (branch, tag or commit).")
     max_batch_tokens: str | None = _per_model(
         "A batch closes before its padded cost (longest x count) passes this.",
@@ -249,6 +258,9 @@ class ServerSettings(BaseSettings):
             device=_choice("device", pick("device") or "auto", DEVICES),
             dtype=_choice("dtype", pick("dtype") or "auto", DTYPES),
             pooling=None if pooling == "auto" else pooling,  # type: ignore[arg-type]
+            embedding_dtype=_choice(
+                "embedding_dtype", pick("embedding_dtype") or "float32", EMBEDDING_DTYPES
+            ),
             revision=pick("revision"),
             max_batch_tokens=_positive_int("max_batch_tokens", pick("max_batch_tokens")),
             max_batch_size=_positive_int("max_batch_size", pick("max_batch_size")),
@@ -536,11 +548,8 @@ INFINITY_OPTIONS: tuple[InfinityOption, ...] = (
     InfinityOption("dtype", "dtype", "same (fp8 is refused)"),
     InfinityOption(
         "embedding_dtype",
-        None,
-        "/v1/embeddings answers float32 vectors; ask /v1/embed or /v2/embed for "
-        "embedding_types int8, uint8, binary or ubinary (Cohere's output types)",
-        honoured="float32",
-        per_model=True,
+        "embedding_dtype",
+        "same: int8 and uint8 at Cohere's fixed scales, not calibrated on a text set",
     ),
     InfinityOption("pooling_method", "pooling", "--pooling"),
     InfinityOption(

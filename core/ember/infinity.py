@@ -20,7 +20,7 @@ unless ``EMBER_ALLOW_PRIVATE_URLS``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
@@ -30,7 +30,7 @@ import numpy as np
 from ember.capabilities import Modality, ModelKind
 from ember.config import DEFAULT_MODEL_NAME, ServerSettings, settings_from_env
 from ember.engine.engine import Engine
-from ember.heads import quantize
+from ember.heads.quantize import encode_embeddings
 from ember.metrics import Metrics
 from ember.models.spec import ModelSpec
 
@@ -44,14 +44,6 @@ __all__ = [
     "RerankReturnType",
 ]
 
-# What embed() returns per item under ``embedding_dtype`` (Infinity's EmbeddingDtype).
-EMBEDDING_DTYPES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "float32": quantize.to_float,
-    "int8": quantize.to_int8,
-    "uint8": quantize.to_uint8,
-    "binary": quantize.to_binary,
-    "ubinary": quantize.to_ubinary,
-}
 # EngineArgs fields with no Ember setting: passed on (and so warned about) only when they
 # differ from Infinity's own default, since a default is nothing the program asked for.
 _NO_SETTING = (
@@ -109,11 +101,6 @@ class EngineArgs:
     def __post_init__(self) -> None:
         for name in ("engine", "device", "dtype", "pooling_method", "embedding_dtype"):
             object.__setattr__(self, name, str(_plain(getattr(self, name))))
-        if self.embedding_dtype not in EMBEDDING_DTYPES:
-            raise ValueError(
-                f"embedding_dtype must be one of {'|'.join(EMBEDDING_DTYPES)}, "
-                f"got {self.embedding_dtype!r}"
-            )
         if not self.served_model_name:  # Infinity's rule: the id's last two parts
             name = self.model_name_or_path or DEFAULT_MODEL_NAME
             object.__setattr__(self, "served_model_name", "/".join(name.split("/")[-2:]))
@@ -141,6 +128,7 @@ class EngineArgs:
             "dtype": self.dtype,
             "pooling_method": self.pooling_method,
             "compile": self.compile,
+            "embedding_dtype": self.embedding_dtype,
         }
         for name in _NO_SETTING:
             if getattr(self, name) != defaults[name]:
@@ -250,11 +238,11 @@ class AsyncEmbeddingEngine:
         return self._engine_args
 
     def _items(self, vectors: Any) -> list[Any]:
-        """One array per item, in the args' ``embedding_dtype`` (dense outputs)."""
-        if isinstance(vectors, np.ndarray):
-            convert = EMBEDDING_DTYPES[self._engine_args.embedding_dtype]
-            return list(convert(vectors))
-        return list(vectors)  # multi-vector or sparse: what the model returns
+        """One array per item, in ``embedding_dtype`` (dense outputs, as /v1/embeddings)."""
+        dtype = self._spec.embedding_dtype
+        if isinstance(vectors, np.ndarray) and dtype != "float32":
+            return encode_embeddings(vectors, [dtype])[dtype]
+        return list(vectors)  # float32 rows; multi-vector or sparse: what the model returns
 
     async def embed(
         self, sentences: list[str], matryoshka_dim: int | None = None

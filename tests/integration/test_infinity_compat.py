@@ -31,6 +31,7 @@ from infinity_client.models import (
     ReRankResult,
 )
 
+from ember.heads.quantize import encode_embeddings
 from tests.support import (
     REPO,
     ServerProcess,
@@ -245,6 +246,7 @@ def test_infinity_variables_alone(
         "INFINITY_SERVED_MODEL_NAME": "minilm;tiny-reranker",
         "INFINITY_ENGINE": "torch;optimum",
         "INFINITY_BATCH_SIZE": "8;4",
+        "INFINITY_EMBEDDING_DTYPE": "int8;float32",
         "INFINITY_HOST": "127.0.0.1",
         "INFINITY_PORT": str(port),
         "INFINITY_URL_PREFIX": "/infinity",
@@ -262,8 +264,14 @@ def test_infinity_variables_alone(
         ]
         body = {"model": "tiny-reranker", "query": QUERY, "documents": DOCS}
         assert len(client.post("/infinity/rerank", json=body).json()["results"]) == 3
-        body = {"model": "minilm", "input": "hello", "dimensions": 0, "modality": "text"}
-        assert client.post("/infinity/embeddings", json=body).status_code == 200
+        body = {"model": "minilm", "input": TEXTS, "dimensions": 0, "modality": "text"}
+        vectors = [
+            v["embedding"] for v in client.post("/infinity/embeddings", json=body).json()["data"]
+        ]
+        cohere = {"model": "minilm", "texts": TEXTS, "embedding_types": ["int8"]}
+        assert vectors == client.post("/v2/embed", json=cohere).json()["embeddings"]["int8"]
+        refused = client.post("/infinity/embeddings", json={**body, "encoding_format": "base64"})
+        assert refused.status_code == 400 and "int8" in refused.json()["error"]["message"]
         assert httpx.get(url + "/infinity/models", timeout=30).status_code == 401
         log = proc.log()
     assert log.count("INFINITY_VECTOR_DISK_CACHE=true") == 1
@@ -311,11 +319,13 @@ async def main(embedder, reranker, classifier):
         EngineArgs(model_name_or_path=embedder, served_model_name="embed", engine="torch"),
         EngineArgs(model_name_or_path=reranker, served_model_name="rerank", engine="torch"),
         EngineArgs(model_name_or_path=classifier, served_model_name="classify"),
+        EngineArgs(model_name_or_path=embedder, served_model_name="int8", embedding_dtype="int8"),
     ])
     await array.astart()
     vectors, embed_usage = await array.embed(model="embed", sentences=TEXTS)
     ranked, _ = await array.rerank(model="rerank", query=QUERY, docs=DOCS, top_n=2)
     labels, _ = await array.classify(model="classify", sentences=TEXTS)
+    quantized, _ = await array.embed(model="int8", sentences=TEXTS)
     async with array["embed"]:  # already started: a no-op, as in Infinity
         short, _ = await array["embed"].embed(TEXTS, matryoshka_dim=64)
     await array.astop()
@@ -325,6 +335,7 @@ async def main(embedder, reranker, classifier):
         "usage": embed_usage,
         "ranked": [[r.index, r.relevance_score, r.document] for r in ranked],
         "labels": labels,
+        "int8": [[str(v.dtype), *v.tolist()] for v in quantized],
     }))
 
 asyncio.run(main(*sys.argv[1:]))
@@ -367,6 +378,8 @@ def test_python_api_program_with_one_changed_import(
     np.testing.assert_allclose(out["vectors"], vectors, atol=1e-6)
     np.testing.assert_allclose(out["short"], short, atol=1e-6)
     assert out["usage"] > len(TEXTS)  # tokens, not texts
+    int8 = encode_embeddings(vectors, ["int8"])["int8"]
+    assert out["int8"] == [["int8", *row.tolist()] for row in int8]
     best = np.argsort(-np.array(scores), kind="stable")[:2]
     assert [r[0] for r in out["ranked"]] == best.tolist()
     np.testing.assert_allclose([r[1] for r in out["ranked"]], np.array(scores)[best], atol=1e-6)

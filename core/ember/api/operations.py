@@ -18,6 +18,7 @@ from ember.capabilities import Capability, Modality
 from ember.engine import Engine, EngineArray, Result, Timings
 from ember.errors import BadRequest, PayloadTooLarge
 from ember.heads.postprocess import to_base64
+from ember.heads.quantize import encode_embeddings
 from ember.heads.sparse import SparseVector
 
 # Which capability a request's modality needs, to pick a model when none is named.
@@ -104,6 +105,7 @@ async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, lim
             f"{engine.name!r} returns sparse ones (indices and values): send float",
             param="encoding_format",
         )
+    _check_base64_dtype(engine, base64)
     result = await engine.embed(
         inputs,
         dimensions=body.dimensions or None,  # 0: full size, as Infinity means it
@@ -122,6 +124,7 @@ async def media_embeddings(
     inputs = _as_list(body.input)
     check_batch(len(inputs), limit, "input")
     engine = engines.for_task(body.model, MODALITY_CAPABILITY[modality])
+    _check_base64_dtype(engine, body.encoding_format == "base64")
     result = await engine.embed(inputs, dimensions=body.dimensions or None, modality=modality)
     return _embeddings_reply(engine, result, body.encoding_format == "base64")
 
@@ -138,12 +141,26 @@ async def embeddings_audio(
     return await media_embeddings(engines, body, limit, "audio")
 
 
+def _check_base64_dtype(engine: Engine, base64: bool) -> None:
+    """base64 is float32 bytes; a model served with --embedding-dtype answers other types."""
+    dtype = engine.spec.embedding_dtype
+    if base64 and dtype != "float32":
+        raise BadRequest(
+            f"encoding_format base64 sends float32 bytes; model {engine.name!r} answers "
+            f"{dtype} vectors (--embedding-dtype): send float",
+            param="encoding_format",
+        )
+
+
 def _embeddings_reply(engine: Engine, result: Result, base64: bool) -> Reply:
     """OpenAI's list of embeddings, in the shape the model's embedding output has."""
+    dtype = engine.spec.embedding_dtype
     if engine.kind.embedding == "sparse":
         vectors = [_sparse_json(v) for v in result.outputs]
     elif base64:  # multi-vector: the [n, dim] float32 array, flattened
         vectors = [to_base64(v) for v in result.outputs]
+    elif dtype != "float32" and isinstance(result.outputs, np.ndarray):  # --embedding-dtype
+        vectors = encode_embeddings(result.outputs, [dtype])[dtype]
     else:
         vectors = list(result.outputs)
     data = [{"object": "embedding", "embedding": vec, "index": i} for i, vec in enumerate(vectors)]

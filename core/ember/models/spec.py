@@ -34,6 +34,7 @@ class ModelSpec:
     device: str = "auto"
     dtype: str = "auto"
     pooling: Pooling | None = None  # None: from 1_Pooling/config.json
+    embedding_dtype: str = "float32"  # what /v1/embeddings answers dense vectors in
     revision: str | None = None
     max_batch_tokens: int = MAX_BATCH_TOKENS
     max_batch_size: int = MAX_BATCH_SIZE
