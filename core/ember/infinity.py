@@ -159,21 +159,35 @@ class OverloadStatus:
 
 class AsyncEmbeddingEngine:
     """Infinity's ``AsyncEmbeddingEngine`` over one Ember ``Engine``. Create it with
-    ``from_args``; start it with ``await astart()`` or ``async with engine:``."""
+    ``from_args`` (or, as Infinity's deprecated form, with EngineArgs' fields as keywords);
+    start it with ``await astart()`` or ``async with engine:``."""
 
-    def __init__(self, engine_args: EngineArgs, *, metrics: Metrics | None = None) -> None:
-        self._engine_args = engine_args
+    def __init__(
+        self,
+        model_name_or_path: str | None = None,
+        _show_deprecation_warning: bool = True,
+        *,
+        _metrics: Metrics | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if _show_deprecation_warning:
+            log.warning("AsyncEmbeddingEngine(...) is deprecated in Infinity; use from_args()")
+        if model_name_or_path is not None:
+            kwargs["model_name_or_path"] = model_name_or_path
+        self._engine_args = engine_args = EngineArgs(**kwargs)
         settings = engine_args.settings()
         self._spec: ModelSpec = settings.model_specs()[0]
         for line in settings.compat_warnings:
             log.warning("%s", line)
-        self._engine = Engine(self._spec, metrics=metrics)
+        self._engine = Engine(self._spec, metrics=_metrics)
         self._kind: ModelKind | None = None
         self.running = False
 
     @classmethod
-    def from_args(cls, engine_args: EngineArgs) -> AsyncEmbeddingEngine:
-        return cls(engine_args)
+    def from_args(
+        cls, engine_args: EngineArgs, *, _metrics: Metrics | None = None
+    ) -> AsyncEmbeddingEngine:
+        return cls(**engine_args.to_dict(), _show_deprecation_warning=False, _metrics=_metrics)
 
     def __str__(self) -> str:
         return f"AsyncEmbeddingEngine(running={self.running}, {self._engine_args})"
@@ -316,7 +330,8 @@ class AsyncEngineArray:
     @classmethod
     def from_args(cls, engine_args_array: Iterable[EngineArgs]) -> AsyncEngineArray:
         metrics = Metrics()  # one registry for the array, as a server has
-        return cls(AsyncEmbeddingEngine(args, metrics=metrics) for args in engine_args_array)
+        engines = (AsyncEmbeddingEngine.from_args(a, _metrics=metrics) for a in engine_args_array)
+        return cls(engines)
 
     def __iter__(self) -> Iterator[AsyncEmbeddingEngine]:
         return iter(self.engines_dict.values())

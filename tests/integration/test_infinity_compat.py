@@ -399,6 +399,8 @@ def test_engine_refuses_calls_before_astart(minilm_path: Path) -> None:
 
     engine = AsyncEmbeddingEngine.from_args(EngineArgs(model_name_or_path=str(minilm_path)))
     assert engine.capabilities == {"embed"}  # known from the files, before loading
+    old_style = AsyncEmbeddingEngine(model_name_or_path=str(minilm_path), batch_size=8)
+    assert old_style.engine_args == EngineArgs(model_name_or_path=str(minilm_path), batch_size=8)
     assert engine.engine_args.served_model_name == "/".join(str(minilm_path).split("/")[-2:])
     with pytest.raises(ValueError, match="didn't start"):
         asyncio.run(engine.embed(["x"]))
