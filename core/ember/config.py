@@ -654,6 +654,7 @@ def infinity_settings(
     env = {k.upper(): v for k, v in environ.items()}
     settings: dict[str, Any] = {}
     warnings: list[str] = []
+    sources: dict[str, str] = {}  # setting -> the flag or variable it came from
     for option in INFINITY_OPTIONS:
         given = option.name in flags
         raw = flags[option.name] if given else env.get(_env(option.name))
@@ -672,14 +673,15 @@ def infinity_settings(
         if not given and env_var(setting) in env:
             continue
         settings[setting] = option.translate(raw)
+        sources[setting] = source
     if _true(settings.get("torch_compile")):
         backends = _split(";".join(_parts(overrides.get("backend") or settings.get("backend"))))
         backends = backends or _split(env.get(env_var("backend")))
         if backends and not {b.lower() for b in backends} & {"auto", "torch"}:
             del settings["torch_compile"]
             warnings.append(
-                f"compile: applies to the torch backend only; Ember runs {';'.join(backends)} "
-                "here, uncompiled"
+                f"{sources['torch_compile']}=true: applies to the torch backend only; Ember "
+                f"runs {';'.join(backends)} here, uncompiled"
             )
     return settings, warnings
 

@@ -151,7 +151,7 @@ def test_compile_warns_where_it_does_not_apply(monkeypatch: pytest.MonkeyPatch) 
     settings = _serve("--compile", "--engine", "ctranslate2")
     assert not settings.torch_compile
     assert settings.compat_warnings == [
-        "compile: applies to the torch backend only; Ember runs ct2 here, uncompiled"
+        "--compile=true: applies to the torch backend only; Ember runs ct2 here, uncompiled"
     ]
     monkeypatch.setenv("INFINITY_COMPILE", "true")
     assert settings_from_env(backend="torch").torch_compile
