@@ -46,6 +46,7 @@ CUDA_IMAGE = "nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04"
 PYTHON_VERSION = "3.11"
 CONSTRAINTS = Path(__file__).resolve().parents[1] / "constraints.txt"
 BAKED_HF_HOME = "/home/bentoml/.cache/huggingface"  # the serving user's default HF cache
+BENTO_CORE = "/home/bentoml/bento/src/core"  # the Bento's copy of core/ in its image
 
 
 def constraint_pins(section: str) -> list[str]:
@@ -62,31 +63,55 @@ HTTP = create_app(SETTINGS, ENGINES)
 TARGET_INPUTS, MAX_INPUTS = concurrency_limits(SETTINGS, "EMBER_BENTOML")
 GPUS = env_int("EMBER_BENTOML_GPUS", 1) or 0
 
-# The image build runs this to put every configured model's files into the image (the
-# same resolve_model serving uses), so containers start without reaching the hub.
-BAKE = "from ember.platform import prefetch; prefetch()"
+# Settings that must not be written into the Bento or its image (BentoML turns every
+# entry of `envs` into ARG/ENV lines of the generated Dockerfile). Give them at run time:
+# a BentoCloud secret (`bentoml deploy --secret ...`) or `docker run -e EMBER_API_KEY=...`.
+SECRET_SETTINGS = frozenset({"EMBER_API_KEY"})
+BAKED_SRC = "./src/platforms/bake.py"  # where build_include puts platforms/bake.py
 
-IMAGE = (
-    bentoml.images.Image(
-        base_image=CUDA_IMAGE, python_version=PYTHON_VERSION, lock_python_packages=False
-    )
-    .build_include("pyproject.toml", "README.md", "core")
-    .python_packages(*constraint_pins("bentoml"))
-    # Ember itself from the Bento's copy of the source; its dependencies are the pins above.
-    .run("uv pip install --no-deps ./src")
-    # Weights into the serving user's default Hugging Face cache, where the container's
-    # `bentoml serve` (running as that user) looks first.
-    .run(
-        f"mkdir -p {BAKED_HF_HOME} && HF_HOME={BAKED_HF_HOME} python -c {shlex.quote(BAKE)}"
+
+def bake_command(env: dict[str, str]) -> str | None:
+    """The weight download, naming the model ids and revisions and nothing else (so no
+    other setting invalidates the layer); None when the packaged default model serves."""
+    ids = env.get("EMBER_MODEL_ID", "").strip()
+    if not ids:
+        return None
+    revisions = env.get("EMBER_REVISION", "").strip()
+    return (
+        f"mkdir -p {BAKED_HF_HOME} && HF_HOME={BAKED_HF_HOME} python {BAKED_SRC} "
+        f"{shlex.quote(ids)} {shlex.quote(revisions)}"
         f" && chown -R bentoml:bentoml {BAKED_HF_HOME.rsplit('/', 1)[0]}"
     )
-)
+
+
+def build_image(env: dict[str, str]) -> bentoml.images.Image:
+    """Layer order is cache order. BentoML copies `build_include` files ahead of the
+    package install, so only bake.py is included there: the pinned packages install, then
+    the weights, and Ember's source arrives with the Bento's final copy (it is imported
+    from src/core through PYTHONPATH; its dependencies are the pins). An edit to core/
+    reinstalls nothing and downloads nothing."""
+    image = (
+        bentoml.images.Image(
+            base_image=CUDA_IMAGE, python_version=PYTHON_VERSION, lock_python_packages=False
+        )
+        .build_include("platforms/bake.py")
+        .python_packages(*constraint_pins("bentoml"))
+    )
+    bake = bake_command(env)
+    return image.run(bake) if bake else image
+
+
+IMAGE = build_image(dict(os.environ))
 
 # EMBER_* set when building become ENV in the image, so the container serves the same
-# models; on a workstation, `bentoml serve` lets variables already set win.
+# models; on a workstation, `bentoml serve` lets variables already set win. Secrets are
+# left out; PYTHONPATH makes the Bento's copy of the core importable in the container.
 ENVS: list[dict[str, str]] = [
-    {"name": k, "value": v} for k, v in sorted(os.environ.items()) if k.startswith("EMBER_")
+    {"name": k, "value": v}
+    for k, v in sorted(os.environ.items())
+    if k.startswith("EMBER_") and k not in SECRET_SETTINGS
 ]
+ENVS.append({"name": "PYTHONPATH", "value": BENTO_CORE})
 
 RESOURCES: dict[str, Any] = {}
 if GPUS:

@@ -105,6 +105,13 @@ def test_embeddings_match_the_core(server: tuple, reference: dict) -> None:
     with srv.client() as client:
         resp = client.post("/v1/embeddings", json={"input": TEXTS, "model": "minilm"})
         metrics = client.get("/metrics").text
+        # BentoML passes the body through as sent: the core sees `modality` and says what
+        # this text model serves instead of embedding the URL as text.
+        media = client.post(
+            "/v1/embeddings",
+            json={"input": ["https://x/cat.png"], "model": "minilm", "modality": "image"},
+        )
+    assert media.status_code == 400 and "image" in media.json()["error"]["message"]
     assert resp.status_code == 200, resp.text
     # One scrape shows BentoML's series and the core's (appended by __metrics__).
     assert "bentoml_" in metrics and 'ember_batch_size_count{model="minilm"}' in metrics
@@ -136,11 +143,14 @@ def test_rerank_matches_the_core(server: tuple, reference: dict) -> None:
 
 def test_bento_build_packs_the_pinned_image(tmp_path: Path) -> None:
     """`bentoml build` with the adapter's bentofile: the Dockerfile starts from the pinned
-    CUDA tag, installs exactly the bentoml pins, bakes the weights, and the Bento holds
-    the core's source but not tests, benchmarks or virtualenvs."""
+    CUDA tag, installs exactly the bentoml pins, then bakes the weights (a step naming the
+    model id alone), all before Ember's source is copied; the API key is nowhere in the
+    Bento; the Bento holds the core's source but not tests, benchmarks or virtualenvs."""
     from platforms.bentoml.service import CUDA_IMAGE, constraint_pins
 
-    env = child_env({"EMBER_MODEL_ID": "BAAI/bge-small-en-v1.5"}, tmp_path)
+    env = child_env(
+        {"EMBER_MODEL_ID": "BAAI/bge-small-en-v1.5", "EMBER_API_KEY": "sekrit-key"}, tmp_path
+    )
     done = subprocess.run(
         [str(BENTOML), "build", "-f", "platforms/bentoml/bentofile.yaml", "."],
         cwd=REPO,
@@ -156,7 +166,22 @@ def test_bento_build_packs_the_pinned_image(tmp_path: Path) -> None:
     dockerfile = (bento / "env" / "docker" / "Dockerfile").read_text()
     assert f"FROM {CUDA_IMAGE} AS base-container" in dockerfile
     assert "ENV EMBER_MODEL_ID=$EMBER_MODEL_ID" in dockerfile  # config travels into the image
-    assert "prefetch" in dockerfile  # weights baked at build
+    leaked = [p for p in bento.rglob("*") if p.is_file() and b"sekrit-key" in p.read_bytes()]
+    assert "EMBER_API_KEY" not in dockerfile and leaked == []
+
+    lines = dockerfile.splitlines()
+
+    def first(fragment: str) -> int:
+        return next(i for i, line in enumerate(lines) if fragment in line)
+
+    install = first("pip install -r $BENTO_PATH/env/python/requirements.txt")
+    bake = first("python ./src/platforms/bake.py")
+    copy_all = first("COPY --chown=bentoml:bentoml . ./")
+    assert install < bake < copy_all
+    assert "python ./src/platforms/bake.py BAAI/bge-small-en-v1.5 ''" in lines[bake]
+    assert not [line for line in lines[:copy_all] if "src/core" in line and "COPY" in line]
+    assert "ENV PYTHONPATH=$PYTHONPATH" in dockerfile  # the Bento's core/ is importable
+
     requirements = (bento / "env" / "python" / "requirements.txt").read_text().splitlines()
     assert set(constraint_pins("bentoml")) <= set(requirements)
     files = {
@@ -165,6 +190,7 @@ def test_bento_build_packs_the_pinned_image(tmp_path: Path) -> None:
     assert {
         "core/ember/platform.py",
         "platforms/bentoml/service.py",
+        "platforms/bake.py",
         "platforms/constraints.txt",
         "pyproject.toml",
     } <= files
