@@ -157,6 +157,15 @@ def test_classify_body(endpoint: Running, reference: dict[str, Any]) -> None:
             assert abs(p["score"] - r["score"]) < 1e-5
 
 
+def test_modality_reaches_the_core(endpoint: Running) -> None:
+    """/invocations passes the body as sent: `modality` (issue 11) is read by the core,
+    which says what this text model serves instead of embedding the URL as text."""
+    body = {"input": ["https://example.com/cat.png"], "model": "minilm", "modality": "image"}
+    resp = _invoke(endpoint, body)
+    assert resp.status_code == 400, resp.text
+    assert "image" in resp.json()["error"]["message"]
+
+
 @pytest.mark.parametrize("content_type", ["text/csv", "application/x-npy", ""])
 def test_non_json_content_type_is_415(endpoint: Running, content_type: str) -> None:
     headers = {"Content-Type": content_type} if content_type else {}

@@ -12,6 +12,7 @@ against the real service model.
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import boto3
 import httpx
 import pytest
+from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
 from tests.platforms._helpers_runpod_sagemaker import (
@@ -326,3 +328,105 @@ def test_async_endpoint_takes_large_bodies_through_s3(
     _run(capsys, ["deploy", "--name", "ember-rt", *BASE, "--instance-type", "ml.m5.xlarge"])
     code = deploy.main(["invoke", "--name", "ember-rt", "--body-file", str(big)])
     assert code == 1 and "6 MB" in capsys.readouterr().err
+
+
+def test_update_of_an_autoscaled_endpoint_keeps_its_size_and_scaling(
+    aws: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Changing the instance type of a scalable target makes UpdateEndpoint fail, so the
+    variant is deregistered first and registered again (same range, same target) once
+    the new config is InService; the new fleet starts at today's size, not the first
+    deploy's. SageMaker through Stubber (moto has no UpdateEndpoint), autoscaling on moto."""
+    monkeypatch.setattr(deploy.endpoint, "stamp", lambda: "20250202000000000")
+    name, old = "ember-up", "ember-up-20250101000000000"
+    new = f"{name}-20250202000000000"
+    aas = boto3.client("application-autoscaling")
+    deploy.scaling.apply(aas, name, deploy.scaling.Scaling(2, 6, 300.0), asynchronous=False)
+    clients, sm = _stubbed()
+    clients = deploy.Clients(clients.sagemaker, clients.runtime, clients.s3, aas)
+    runtime = Stubber(clients.runtime)
+    arn = f"arn:aws:sagemaker:{REGION}:123456789012"
+    old_variant = {"VariantName": "AllTraffic", "ModelName": old, "InstanceType": "ml.m5.xlarge",
+                   "InitialInstanceCount": 2, "InitialVariantWeight": 1.0}  # fmt: skip
+
+    def described(config: str, count: int) -> dict[str, Any]:
+        return {"EndpointName": name, "EndpointArn": f"{arn}:endpoint/{name}",
+                "EndpointConfigName": config, "EndpointStatus": "InService",
+                "CreationTime": "2025-01-01T00:00:00Z", "LastModifiedTime": "2025-01-01T00:00:00Z",
+                "ProductionVariants": [{"VariantName": "AllTraffic",
+                                        "CurrentInstanceCount": count}]}  # fmt: skip
+
+    def config_of(config: str) -> dict[str, Any]:
+        return {
+            "EndpointConfigName": config,
+            "EndpointConfigArn": f"{arn}:endpoint-config/x",
+            "ProductionVariants": [old_variant],
+            "CreationTime": "2025-01-01T00:00:00Z",
+        }
+
+    listing = {"NameContains": name, "MaxResults": 100}
+
+    def listed(*names: str) -> dict[str, Any]:
+        configs = [
+            {"EndpointConfigName": n, "EndpointConfigArn": f"{arn}:x", "CreationTime": "2025-01-01"}
+            for n in names
+        ]
+        return {"EndpointConfigs": configs}
+
+    sm.add_response("describe_endpoint", described(old, 5), {"EndpointName": name})
+    sm.add_response("describe_endpoint_config", config_of(old), {"EndpointConfigName": old})
+    sm.add_response(
+        "describe_model",
+        {"ModelName": old, "ModelArn": f"{arn}:model/{old}", "ExecutionRoleArn": ROLE,
+         "CreationTime": "2025-01-01T00:00:00Z", "PrimaryContainer": {"Image": IMAGE}},
+        {"ModelName": old},
+    )  # fmt: skip
+    sm.add_response("list_endpoint_configs", listed(old), listing)
+    sm.add_response("create_model", {"ModelArn": f"{arn}:model/{new}"})
+    new_variant = {**old_variant, "ModelName": new, "InstanceType": "ml.g5.xlarge",
+                   "InitialInstanceCount": 5, "InferenceAmiVersion": variant.GPU_AMI,
+                   "ContainerStartupHealthCheckTimeoutInSeconds": 900,
+                   "ModelDataDownloadTimeoutInSeconds": 900}  # fmt: skip
+    sm.add_response(
+        "create_endpoint_config",
+        {"EndpointConfigArn": f"{arn}:endpoint-config/{new}"},
+        {"EndpointConfigName": new, "ProductionVariants": [new_variant]},
+    )
+    sm.add_response(
+        "update_endpoint",
+        {"EndpointArn": f"{arn}:endpoint/{name}"},
+        {"EndpointName": name, "EndpointConfigName": new},
+    )
+    sm.add_response("describe_endpoint", described(new, 5), {"EndpointName": name})
+    raw = json.dumps(EMBEDDING).encode()
+    runtime.add_response(
+        "invoke_endpoint",
+        {"Body": StreamingBody(io.BytesIO(raw), len(raw)), "ContentType": "application/json"},
+    )
+    sm.add_response("list_endpoint_configs", listed(old, new), listing)
+    sm.add_response("describe_endpoint_config", config_of(old), {"EndpointConfigName": old})
+    sm.add_response("delete_endpoint_config", {}, {"EndpointConfigName": old})
+    sm.add_response("delete_model", {}, {"ModelName": old})
+
+    seen: list[int] = []
+    real_update = clients.sagemaker.update_endpoint
+
+    def update_endpoint(**kwargs: Any) -> Any:  # what autoscaling looked like at the call
+        seen.append(len(aas.describe_scalable_targets(ServiceNamespace="sagemaker")
+                        ["ScalableTargets"]))  # fmt: skip
+        return real_update(**kwargs)
+
+    monkeypatch.setattr(clients.sagemaker, "update_endpoint", update_endpoint)
+    argv = ["update", "--name", name, "--instance-type", "ml.g5.xlarge", "--poll-seconds", "1"]
+    with sm, runtime:
+        code = deploy.main(argv, clients)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    sm.assert_no_pending_responses()
+    assert seen == [0]  # deregistered while UpdateEndpoint ran
+    result = json.loads(out)
+    assert result["autoscaling"]["min"] == 2 and result["autoscaling"]["max"] == 6
+    (target,) = aas.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]
+    assert (target["MinCapacity"], target["MaxCapacity"]) == (2, 6)
+    (policy,) = aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]
+    assert policy["TargetTrackingScalingPolicyConfiguration"]["TargetValue"] == 300.0
