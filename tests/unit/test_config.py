@@ -136,8 +136,9 @@ def test_a_value_of_the_wrong_type_is_a_config_error(monkeypatch: pytest.MonkeyP
 
 
 def test_only_the_settings_read_ember_variables() -> None:
-    """A module's own EMBER_* read never reaches --help: every one goes through here."""
-    reads = re.compile(r"""(environ\.get\(|environ\[|getenv\()\s*f?["']EMBER_""")
+    """A module's own EMBER_* (or Infinity's INFINITY_*) read never reaches --help: every one
+    goes through here."""
+    reads = re.compile(r"""(environ\.get\(|environ\[|getenv\()\s*f?["'](EMBER|INFINITY)_""")
     offenders = [
         str(path.relative_to(CORE))
         for path in sorted(CORE.rglob("*.py"))
