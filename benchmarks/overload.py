@@ -225,6 +225,9 @@ async def main() -> None:
     parser.add_argument("--idle-wait", type=float, default=15.0)
     parser.add_argument("--slow-cap", type=float, default=20.0)
     parser.add_argument("--request-timeout", type=float, default=1.0, help="with --launch")
+    parser.add_argument(
+        "--only", choices=("flood",), default=None, help="run this check alone (e.g. for A/B runs)"
+    )
     parser.add_argument("serve_args", nargs="*", help="more `ember serve` flags (--launch)")
     args = parser.parse_args()
     process = None
@@ -236,6 +239,8 @@ async def main() -> None:
     host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
     try:
         say("flood", await flood(url, headers, args))
+        if args.only == "flood":
+            return
         say("idle sockets", idle_sockets(host, port, args.idle, args.idle_wait))
         say("slow headers", slow_headers(host, port, args.slow_cap))
         say("short body", short_body(host, port, headers, args.slow_cap))

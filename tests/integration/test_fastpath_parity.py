@@ -13,6 +13,7 @@ from ember.api.app import create_app
 from ember.api.routes import ROUTES
 from ember.config import settings_from_env
 from ember.engine import EngineArray
+from tests.fixtures.media_samples import audio_data_uri, gradient_image, image_data_uri, sine
 
 VOLATILE = {"id", "created"}  # differ between any two calls
 
@@ -35,6 +36,8 @@ BODIES: dict[str, dict[str, Any]] = {
     "/embed_sparse": {"model": "bge", "inputs": ["hi", "there"]},
     "/embed_all": {"model": "bge", "inputs": "hello world", "prompt_name": None},
     "/v1/embed": {"model": "minilm", "texts": ["a cat", "a dog on a mat"]},
+    "/embeddings_image": {"model": "clip", "input": [image_data_uri(gradient_image(40, 30))]},
+    "/embeddings_audio": {"model": "clap", "input": audio_data_uri(sine(440, 1.0), 48_000)},
     "/v2/embed": {
         "model": "minilm",
         "texts": ["hi"],
@@ -62,12 +65,14 @@ async def engines(
     tiny_classifier_path: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Any:
+    from tests.fixtures.media_models import build_tiny_clap, build_tiny_clip
     from tests.fixtures.retrieval_models import build_tiny_bge_m3
 
     bge = build_tiny_bge_m3(tmp_path_factory.mktemp("bge"))
+    clip, clap = build_tiny_clip(), build_tiny_clap()
     settings = settings_from_env(
-        model_id=f"{minilm_path};{tiny_reranker_path};{tiny_classifier_path};{bge}",
-        served_model_name="minilm;reranker;classifier;bge",
+        model_id=f"{minilm_path};{tiny_reranker_path};{tiny_classifier_path};{bge};{clip};{clap}",
+        served_model_name="minilm;reranker;classifier;bge;clip;clap",
     )
     array = EngineArray(settings.model_specs())
     await array.start()
