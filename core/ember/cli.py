@@ -11,8 +11,9 @@ from typing import Any
 
 from ember import __version__
 from ember.backends.registry import EXPORTERS
-from ember.config import PER_MODEL_FIELDS, ServerSettings, env_var, infinity_cli_options
+from ember.config import PER_MODEL_FIELDS, ServerSettings, env_var
 from ember.errors import ConfigError, EmberError
+from ember.infinity_options import infinity_cli_options
 from ember.jobs.command import add_embed_parser, run_embed
 
 SERVE_HELP = "Serve models over HTTP (OpenAI, Cohere and TEI routes)."

@@ -6,8 +6,8 @@ line: ``from infinity_emb import AsyncEngineArray, EngineArgs`` becomes
 names, keyword-only signatures and return shapes (``(results, usage)`` tuples); underneath
 each ``AsyncEmbeddingEngine`` is one ``ember.engine.Engine``, so batching, backends and
 heads are Ember's. ``EngineArgs`` maps through the same table as ``ember serve``'s
-Infinity flags (``ember.config.INFINITY_OPTIONS``): ``engine="optimum"`` is the onnx
-backend, and a field Ember has no equivalent for warns once what Ember does instead.
+Infinity flags (``ember.infinity_options.INFINITY_OPTIONS``): ``engine="optimum"`` is the
+onnx backend, and a field Ember has no equivalent for warns once what Ember does instead.
 
 Where the numbers differ from Infinity's: ``usage`` counts tokens (Infinity counts
 characters unless ``lengths_via_tokenize``); ``matryoshka_dim`` truncates and

@@ -10,7 +10,8 @@ import sys
 from ember import __version__
 from ember.backends.registry import EXPORTERS, REGISTRY
 from ember.cli import build_parser, flag_table
-from ember.config import BACKENDS, ServerSettings, infinity_cli_options
+from ember.config import BACKENDS, ServerSettings
+from ember.infinity_options import infinity_cli_options
 from tests.support import REPO
 
 README = (REPO / "README.md").read_text()

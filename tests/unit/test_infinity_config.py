@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from ember.cli import build_parser, settings_from_args
-from ember.config import INFINITY_OPTIONS, ServerSettings, infinity_settings, settings_from_env
+from ember.config import ServerSettings, settings_from_env
 from ember.errors import ConfigError
+from ember.infinity_options import INFINITY_OPTIONS, infinity_settings
 from tests.support import REPO
 
 
