@@ -63,10 +63,13 @@ async def flood(url: str, headers: dict, args: argparse.Namespace) -> dict:
         await asyncio.gather(*(loop(t0 + args.seconds, unloaded) for _ in range(4)))
         base = unloaded.get(200, 0) * args.texts / (time.perf_counter() - t0)
         flooded: dict = {}
+        before = await _server_seconds(c, "429")
         t0 = time.perf_counter()
         await asyncio.gather(*(loop(t0 + args.seconds, flooded) for _ in range(args.clients)))
         good = flooded.get(200, 0) * args.texts / (time.perf_counter() - t0)
+        after = await _server_seconds(c, "429")
     refused = flooded.get("429s", [])
+    server_side = {le: after.get(le, 0) - before.get(le, 0) for le in after}
     return {
         "unloaded_texts_per_s": round(base, 1),
         "goodput_texts_per_s": round(good, 1),
@@ -76,7 +79,41 @@ async def flood(url: str, headers: dict, args: argparse.Namespace) -> dict:
         "429_p50_ms": _pct_ms(refused, 0.5),
         "429_p99_ms": _pct_ms(refused, 0.99),
         "504": flooded.get(504, 0),
+        # the server's own view (ember_request_seconds): the bucket holding the quantile
+        "429_server_p50_ms_le": _bucket_quantile(server_side, 0.5),
+        "429_server_p99_ms_le": _bucket_quantile(server_side, 0.99),
     }
+
+
+async def _server_seconds(client: httpx.AsyncClient, status: str) -> dict[float, float]:
+    """Cumulative bucket counts of /v1/embeddings answers with ``status``, by upper bound."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = (await client.get("/metrics")).text
+    buckets: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "ember_request_seconds":
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if (
+                sample.name.endswith("_bucket")
+                and labels.get("route") == "/v1/embeddings"
+                and labels.get("status") == status
+            ):
+                buckets[float(labels["le"])] = sample.value
+    return buckets
+
+
+def _bucket_quantile(cumulative: dict[float, float], q: float) -> float | None:
+    """The upper bound (ms) of the bucket where the ``q`` quantile falls."""
+    total = cumulative.get(float("inf"), 0)
+    if not total:
+        return None
+    for bound in sorted(cumulative):
+        if cumulative[bound] >= q * total:
+            return bound * 1000
+    return None
 
 
 def _connect(host: str, port: int) -> socket.socket:

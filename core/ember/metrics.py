@@ -16,6 +16,13 @@ class Metrics:
         self.requests = Counter(
             "ember_requests", "HTTP requests by route and status", ["route", "status"], registry=r
         )
+        self.request_seconds = Histogram(
+            "ember_request_seconds",
+            "Seconds from a request reaching the app to its response sent, by route and status",
+            ["route", "status"],
+            buckets=_TIME_BUCKETS,
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "ember_queue_depth", "Texts waiting for a forward pass", ["model"], registry=r
         )

@@ -207,6 +207,7 @@ def test_operations_routes(server: ServerProcess) -> None:
     ):
         assert name in metrics, name
     assert 'route="/v1/embeddings",status="200"' in metrics
+    assert 'ember_request_seconds_count{route="/v1/embeddings",status="200"}' in metrics
     assert httpx.get(server.url + "/docs").status_code == 200
     spec = httpx.get(server.url + "/openapi.json").json()
     assert {"/v1/embeddings", "/v1/rerank", "/rerank", "/embed", "/classify"} <= set(spec["paths"])

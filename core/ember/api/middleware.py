@@ -6,6 +6,7 @@ Pure ASGI (no BaseHTTPMiddleware) so it adds no task or copy per request.
 from __future__ import annotations
 
 import hmac
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -97,6 +98,7 @@ class EdgeMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = time.perf_counter()
         path = route_path(scope)
         route = path if path in self.known_paths() else "unmatched"
         status_seen = {"status": 500}
@@ -114,7 +116,11 @@ class EdgeMiddleware:
         else:
             await self.app(scope, receive, send_tracking)
         finally:
-            self.metrics.requests.labels(route, str(status_seen["status"])).inc()
+            status = str(status_seen["status"])
+            self.metrics.requests.labels(route, status).inc()
+            self.metrics.request_seconds.labels(route, status).observe(
+                time.perf_counter() - started
+            )
 
     def _check_key(self, scope: Scope, path: str) -> None:
         if self.api_key is None or path in self.open_paths:
