@@ -39,9 +39,9 @@ from ember.platform import (
     settings_from_env,
 )
 
-# Pinned by full tag, the same CUDA userland as platforms/modal/app.py, whose CUDA major
-# matches the pinned torch wheel's (torch 2.13.0: CUDA 13.0). To bump it, change both with
-# torch in platforms/constraints.txt, rebuild, and check /info reports device=cuda.
+# Pinned by full tag; its CUDA major matches the pinned torch wheel's (torch 2.13.0: CUDA
+# 13.0). To bump it, change it with torch in platforms/constraints.txt, rebuild, and check
+# /info reports device=cuda.
 CUDA_IMAGE = "nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04"
 PYTHON_VERSION = "3.11"
 CONSTRAINTS = Path(__file__).resolve().parents[1] / "constraints.txt"
