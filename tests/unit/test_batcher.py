@@ -204,3 +204,35 @@ async def test_stop_is_not_lost_when_work_arrives_in_the_same_step() -> None:
     if not done:
         stopping.cancel()
     assert stopping in done
+
+
+async def test_inputs_that_would_miss_their_deadline_fail_before_their_forward() -> None:
+    """At the measured rate a batch of 8 takes 0.8 s: inputs whose request gives up sooner
+    are failed (504) without running; those with time enough, or no deadline, run."""
+    import time
+
+    from ember.errors import RequestTimeout
+
+    backend = _SlowBackend(delay=0.0)
+    ran: list[int] = []
+    real_run = backend.run
+
+    def counting_run(items):  # type: ignore[no-untyped-def]
+        ran.append(len(items))
+        return real_run(items)
+
+    backend.run = counting_run  # type: ignore[method-assign]
+    batcher = _started_batcher(backend, 5.0, lambda: None)
+    try:
+        batcher.throughput.per_second = 10.0  # one worker: 0.1 s per input
+        soon = time.perf_counter() + 0.3
+        doomed = batcher.submit([Tokens([1, 2], [0, 0])] * 4, deadline=soon)
+        later = batcher.submit([Tokens([1, 2], [0, 0])] * 4, deadline=soon + 60)
+        free = batcher.submit([Tokens([1, 2], [0, 0])] * 2)  # no deadline: warm-up, jobs
+        for fut in doomed:
+            with pytest.raises(RequestTimeout):
+                await fut
+        await asyncio.gather(*later, *free)
+        assert sum(ran) == 6  # the doomed four never reached a forward
+    finally:
+        await batcher.stop()

@@ -26,6 +26,12 @@ class Throughput:
         old = self.per_second
         self.per_second = rate if old is None else old + self.weight * (rate - old)
 
+    def batch_seconds(self, inputs: int, workers: int) -> float | None:
+        """Seconds one worker takes for a batch of ``inputs``; None before a measurement."""
+        if self.per_second is None:
+            return None
+        return inputs * workers / self.per_second
+
     def wait(self, inputs: int) -> float | None:
         """Seconds to answer ``inputs`` at the measured rate; None before any measurement."""
         if self.per_second is None:

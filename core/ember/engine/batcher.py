@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from ember.backends.base import PaddingBudget
 from ember.engine.admission import Throughput, refusal
 from ember.engine.memory import IDLE_TRIM_SECONDS, release_freed_memory
-from ember.errors import BackendFailure, Overloaded
+from ember.errors import BackendFailure, Overloaded, RequestTimeout
 from ember.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ class WorkItem:
     item: Schedulable
     future: asyncio.Future[RowResult]
     enqueued_at: float = field(default_factory=time.perf_counter)
+    deadline: float | None = None  # perf_counter time its request gives up
 
 
 # Padding a batch may carry before a forward of its own would be cheaper: a CPU forward
@@ -226,9 +227,10 @@ class Batcher:
         self._executor.shutdown(wait=True, cancel_futures=True)
 
     def submit(
-        self, work: Sequence[Schedulable], *, reserved: int = 0
+        self, work: Sequence[Schedulable], *, reserved: int = 0, deadline: float | None = None
     ) -> list[asyncio.Future[RowResult]]:
-        """Queue ``work``; ``reserved`` is what ``admit`` set aside for it."""
+        """Queue ``work``; ``reserved`` is what ``admit`` set aside for it; ``deadline``
+        (``time.perf_counter``) is when its request gives up."""
         self._reserved = max(0, self._reserved - reserved)
         if self.depth + len(work) > self.max_queue_size:
             self.metrics.rejected.labels(self.name).inc()
@@ -237,7 +239,7 @@ class Batcher:
                 f"{self.max_queue_size}); retry later",
             )
         loop = asyncio.get_running_loop()
-        items = [WorkItem(it, loop.create_future()) for it in work]
+        items = [WorkItem(it, loop.create_future(), deadline=deadline) for it in work]
         self._pending.extend(items)
         self.metrics.queue_depth.labels(self.name).set(self.depth)
         self._wake.set()
@@ -260,6 +262,7 @@ class Batcher:
             batch, self._pending = take_batch(
                 live, self.max_batch_tokens, self.max_batch_size, self.padding
             )
+            batch = self._without_doomed(batch)
             if not batch:
                 self._slots.release()
                 continue
@@ -269,6 +272,27 @@ class Batcher:
             self._running.add(task)
             task.add_done_callback(self._running.discard)
             self.metrics.queue_depth.labels(self.name).set(self.depth)
+
+    def _without_doomed(self, batch: list[WorkItem]) -> list[WorkItem]:
+        """Fail, before their forward, the items whose request would give up before this
+        batch ends (at the measured rate): computing them is work no one receives, and
+        failing one fails its request at once, which drops its other queued inputs."""
+        seconds = self.throughput.batch_seconds(len(batch), self.workers)
+        if seconds is None:
+            return batch
+        ends = time.perf_counter() + seconds
+        kept = []
+        for it in batch:
+            if it.deadline is not None and it.deadline < ends:
+                it.future.set_exception(
+                    RequestTimeout(
+                        f"model {self.name!r} could not answer before the request's deadline; "
+                        "the server is saturated"
+                    )
+                )
+            else:
+                kept.append(it)
+        return kept
 
     async def _until_work_or_idle(self, loop: asyncio.AbstractEventLoop) -> None:
         """Wait for work; once idle for ``idle_trim_seconds`` after some, trim the heap.

@@ -441,7 +441,8 @@ class Engine:
             timings = Timings(tokenize=time.perf_counter() - t0)
             if time.perf_counter() >= deadline:
                 raise asyncio.TimeoutError
-            futures = self.batcher.submit([Piece(t, output) for t in tokens], reserved=count)
+            pieces = [Piece(t, output) for t in tokens]
+            futures = self.batcher.submit(pieces, reserved=count, deadline=deadline)
             submitted = True
             remaining = max(0.0, deadline - time.perf_counter())
             rows = await asyncio.wait_for(asyncio.gather(*futures), remaining)
