@@ -7,7 +7,8 @@ port, one after the other (cold start is timed alone), then all stay up while th
 cut into ``--slices`` parts and the servers take turns slice by slice, so a burst of
 background load on the host hits every server about equally. The rerank load runs in a
 second such session with a cross-encoder. The table goes to stdout and to
-benchmarks/results/<date>-cpu.md, the raw figures to the .json beside it.
+benchmarks/results/<date>-cpu.md, the raw figures to the .json beside it, a bar chart of
+each load's throughput per server to the .png (benchmarks/chart.py).
 
 Run it with the Ember venv (it holds torch + sentence-transformers for the reference):
 
@@ -1004,6 +1005,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.write_text(text)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(f"wrote {out} and {out.with_suffix('.json')}", file=sys.stderr)
+    try:  # the chart beside the table (matplotlib: the bench extra)
+        from benchmarks.chart import throughput_chart
+
+        print(f"wrote {throughput_chart(result, out.with_suffix('.png'))}", file=sys.stderr)
+    except ImportError as exc:
+        print(f"no chart: {exc} (pip install -e '.[bench]')", file=sys.stderr)
     return 0
 
 

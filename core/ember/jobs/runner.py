@@ -238,6 +238,7 @@ def _id_type(dataset: Dataset, checkpoint: Checkpoint) -> Any:
 
 
 async def _run(settings: ServerSettings, source: InputSpec, options: JobOptions) -> JobSummary:
+    next(iter(source.rows(0, 1)), None)  # a missing column fails now, not after loading
     engines = EngineArray(job_settings(settings, options).model_specs())
     await engines.start()
     try:
