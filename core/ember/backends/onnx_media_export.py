@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -159,7 +160,12 @@ def export_towers(model: ResolvedModel, dst: Path) -> dict[str, Path]:
     files = {}
     for modality, (module, dummy, axes) in jobs.items():
         file = dst / f"exported-{TOWER_FILES[modality]}"
-        with torch.inference_mode(False), torch.no_grad():
+        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+            # What the tracer warns about holds for every input served: the image-size check
+            # (the processor's size is the graph's), the mask's padding check (the mask is as
+            # long as the ids) and CLIP's eos gather (indices from argmax, never negative).
+            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+            warnings.filterwarnings("ignore", message=".*aten::index.*", category=UserWarning)
             torch.onnx.export(
                 module,
                 dummy,

@@ -1,0 +1,94 @@
+"""The ONNX towers' decisions: which media kinds ``--backend onnx`` takes, which device and
+dtype it builds, and that the towers' artifacts are cached by the model's files."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ember.backends import load_backend, onnx_media_export
+from ember.backends.base import EMBEDDINGS, FeatureBatch
+from ember.backends.choice import Choice, choose_backend
+from ember.backends.onnx_media_export import TOWER_FILES, media_plan
+from ember.errors import ConfigError
+from ember.models.resolve import resolve_model
+from ember.models.spec import ModelSpec, ResolvedModel
+from tests.fixtures.media_models import build_tiny_clap, build_tiny_clip
+
+CPU = ["CPUExecutionProvider"]
+GPU = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def _resolved(path: Path, **spec: Any) -> ResolvedModel:
+    return resolve_model(ModelSpec(model_id=str(path), **spec))
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_clip(tmp_path_factory.mktemp("clip") / "clip")
+
+
+@pytest.fixture(scope="module")
+def clap(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_clap(tmp_path_factory.mktemp("clap") / "clap")
+
+
+def test_plan_is_float32_or_int8_on_cpu(clip: Path) -> None:
+    assert media_plan(_resolved(clip, backend="onnx"), CPU).dtype == "float32"
+    assert media_plan(_resolved(clip, backend="onnx"), GPU).device == "cuda"
+    assert media_plan(_resolved(clip, backend="onnx", dtype="int8"), CPU).dtype == "int8"
+    with pytest.raises(ConfigError, match="--backend torch serves float16"):
+        media_plan(_resolved(clip, backend="onnx", dtype="float16", device="cuda"), GPU)
+    with pytest.raises(ConfigError, match="int8 .* cpu only"):
+        media_plan(_resolved(clip, backend="onnx", dtype="int8", device="cuda"), GPU)
+
+
+def test_only_clip_and_siglip_take_onnx(clip: Path, clap: Path) -> None:
+    with pytest.raises(ConfigError, match=r"clap model, served by --backend torch \(not onnx\)"):
+        load_backend(_resolved(clap, backend="onnx"))
+    with pytest.raises(ConfigError, match=r"served by --backend torch or onnx \(not ct2\)"):
+        load_backend(_resolved(clip, backend="ct2"))
+
+
+def test_auto_serves_clip_like_a_text_model(clip: Path, clap: Path) -> None:
+    """CLIP on a CPU gets onnx (measured faster, choice.py); on a GPU, in half precision
+    or without onnxruntime, torch; CLAP always torch."""
+    picked = choose_backend(_resolved(clip, device="cpu"), accelerator=None)
+    assert (picked.backend, picked.device) == ("onnx", "cpu")
+    assert choose_backend(_resolved(clip), accelerator="cuda").backend == "torch"
+    assert choose_backend(_resolved(clip, device="cpu", dtype="bfloat16")).backend == "torch"
+    picked = choose_backend(_resolved(clap, device="cpu"))
+    assert picked == Choice("torch", "clap models run on torch")
+
+
+def test_towers_are_cached_by_the_model_files(
+    clip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "clip"
+    shutil.copytree(clip, source)
+    model = _resolved(source, backend="onnx", device="cpu", cache_dir=tmp_path / "cache")
+    plan = media_plan(model, CPU)
+    built = onnx_media_export.prepare(model, plan)
+    assert sorted(p.name for p in built.iterdir() if p.suffix == ".onnx") == sorted(
+        TOWER_FILES.values()
+    )
+    backend = load_backend(model)
+    batch = FeatureBatch("image", {"pixel_values": np.zeros((2, 3, 32, 32), np.float32)})
+    assert backend.forward(batch)[EMBEDDINGS].shape == (2, 16)
+    assert backend.info.name == "onnx" and backend.info.details["artifact"].startswith("onnx/")
+
+    def no_build(*args: object) -> None:
+        raise AssertionError("rebuilt a cached artifact")
+
+    monkeypatch.setattr(onnx_media_export.isolated, "run", no_build)
+    assert onnx_media_export.prepare(model, plan) == built  # a second load reuses it
+    monkeypatch.undo()
+    config = source / "config.json"
+    config.write_text(config.read_text().replace("{", '{"_note": "edited",', 1))
+    edited = replace(model, config=model.config)
+    assert onnx_media_export.prepare(edited, plan) != built  # new files, new key
