@@ -68,6 +68,7 @@ __all__ = [
     "plan_shards",
     "prefetch",
     "preload_runtime",
+    "preload_weights",
     "read_pins",
     "run_embed_job",
     "run_shard",
@@ -295,6 +296,28 @@ def preload_runtime(
     )
     for name in names:
         import_backend(name)
+    return names
+
+
+def preload_weights(
+    models: Iterable[ResolvedModel], *, accelerator: str | None = None
+) -> list[str]:
+    """Load the weights of the models torch will serve onto the CPU now, in the dtype of
+    the device they will be served on (``accelerator`` where it is not attached yet), and
+    return their names. Engines built later take them and only move them to the device:
+    a memory snapshot taken in between (Modal's ``enter(snap=True)``) holds the weights."""
+    from ember.backends import torch_backend
+
+    names = []
+    for model in models:
+        backend = model.spec.backend
+        if backend == AUTO:
+            backend = choose_backend(model, accelerator).backend
+        if backend != "torch":
+            continue
+        device = model.spec.device if model.spec.device != "auto" else accelerator or "cpu"
+        torch_backend.preload_weights(model, device)
+        names.append(model.served_name)
     return names
 
 

@@ -63,6 +63,7 @@ from ember.platform import (
     env_int,
     prefetch,
     preload_runtime,
+    preload_weights,
     read_pins,
     settings_from_env,
 )
@@ -192,6 +193,8 @@ class Ember:
         transformers, for ``auto`` on the GPU the container gets). Where the snapshot can
         hold the loaded engines too, they are loaded here: with GPU snapshots
         (EMBER_MODAL_GPU_SNAPSHOT=1, the GPU is attached now) and on CPU-only containers.
+        Otherwise torch models' weights are loaded onto the CPU here, in the dtype the GPU
+        will serve them in, so the snapshot holds them and ``load`` only moves them.
         """
         self.settings = settings_from_env()
         self.resolved = prefetch(self.settings)
@@ -203,6 +206,8 @@ class Ember:
         self.engines = None
         if GPU_SNAPSHOT or not GPU:
             self._start_engines()
+        else:
+            preload_weights(self.resolved, accelerator="cuda")
 
     @modal.enter(snap=False)
     def load(self) -> None:

@@ -20,6 +20,7 @@ from ember.platform import (
     exported_backend,
     import_backend,
     preload_runtime,
+    preload_weights,
     settings_from_env,
 )
 from tests.support import REPO
@@ -102,3 +103,50 @@ def test_preload_runtime_imports_what_the_models_will_load_with(minilm_path: Pat
         assert cpu == ["onnx"] and "onnxruntime" in sys.modules
     with pytest.raises(ConfigError, match="unknown backend"):
         import_backend("tensorflow")
+
+
+async def test_preloaded_weights_are_taken_not_loaded_again(
+    minilm_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Modal loads weights on the CPU before its memory snapshot (``enter(snap=True)``) and
+    builds engines after restore: the backend takes the preloaded network and only moves it
+    to its device. Checked on CPU: one load from disk in all, and the same vectors."""
+    import numpy as np
+
+    from ember.backends import torch_backend
+    from ember.engine import EngineArray
+    from ember.models.resolve import resolve_model
+
+    settings = settings_from_env(model_id=str(minilm_path), backend="torch")
+    (spec,) = settings.model_specs()
+    loads: list[str] = []
+    real_load = torch_backend.load_net
+
+    def counting_load(*args, **kwargs):  # type: ignore[no-untyped-def]
+        loads.append("disk")
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch_backend, "load_net", counting_load)
+    assert preload_weights([resolve_model(spec)], accelerator="cuda") == [spec.model_id]
+    assert loads == ["disk"]
+    # onnx models are not torch's to preload
+    (onnx_spec,) = settings_from_env(model_id=str(minilm_path), backend="onnx").model_specs()
+    assert preload_weights([resolve_model(onnx_spec)]) == []
+    # the cuda dtype (float16) was preloaded; a CPU engine (float32) loads its own
+    engines = EngineArray([spec])
+    await engines.start()
+    try:
+        assert loads == ["disk", "disk"]
+        want = (await engines.get(None).embed(["a cat on a mat"])).outputs
+    finally:
+        await engines.stop()
+    torch_backend._PRELOADED.clear()
+    assert preload_weights([resolve_model(spec)]) == [spec.model_id]  # for the CPU: float32
+    engines = EngineArray([spec])
+    await engines.start()
+    try:
+        assert loads == ["disk", "disk", "disk"]  # taken from the preload, not loaded again
+        got = (await engines.get(None).embed(["a cat on a mat"])).outputs
+    finally:
+        await engines.stop()
+    assert np.array_equal(got, want)

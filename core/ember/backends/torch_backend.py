@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -68,10 +69,50 @@ def cpu_has_native_bf16() -> bool:
         return False
 
 
+def load_net(model: ResolvedModel, dtype: torch.dtype, attention: str) -> Any:
+    """The model's network on the CPU, in ``dtype`` (the backend moves it to its device)."""
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    auto = AutoModel if model.backbone == "encoder" else AutoModelForSequenceClassification
+    try:
+        return auto.from_pretrained(
+            str(model.path),
+            dtype=dtype,
+            attn_implementation=attention,
+            trust_remote_code=model.spec.trust_remote_code,
+        )
+    except ValueError:  # architectures without an SDPA kernel in transformers
+        return auto.from_pretrained(
+            str(model.path), dtype=dtype, trust_remote_code=model.spec.trust_remote_code
+        )
+
+
+# Networks loaded ahead on the CPU (``preload_weights``), by model directory and dtype.
+_PRELOADED: dict[tuple[str, str], Any] = {}
+
+
+def preload_weights(model: ResolvedModel, device: str) -> None:
+    """Load ``model``'s network on the CPU now, in the dtype it will be served in on
+    ``device``, for the backend to take and move there later: a memory snapshot taken in
+    between (Modal's ``enter(snap=True)``, before the GPU is attached) holds the weights,
+    so a restored container only copies them to the GPU."""
+    dtype = resolve_dtype(model.spec.dtype, device)
+    if model.backbone in MEDIA_BACKBONES:
+        from ember.backends.torch_media import load_media_net
+
+        net = load_media_net(model, dtype)
+    else:
+        net = load_net(model, dtype, TorchBackend._attention(device, dtype))
+    _PRELOADED[(str(model.path), str(dtype))] = net.eval()
+
+
+def take_preloaded(model: ResolvedModel, dtype: torch.dtype) -> Any | None:
+    """The network ``preload_weights`` loaded for this model and dtype (once), or None."""
+    return _PRELOADED.pop((str(model.path), str(dtype)), None)
+
+
 class TorchBackend(BackendDefaults):
     def __init__(self, model: ResolvedModel) -> None:
-        from transformers import AutoModel, AutoModelForSequenceClassification
-
         self.device = resolve_device(model.spec.device)
         self.dtype = resolve_dtype(model.spec.dtype, self.device)
         # CPU: several single-threaded forwards at once instead of one on a thread pool
@@ -86,19 +127,8 @@ class TorchBackend(BackendDefaults):
                     "bfloat16 on a CPU without AVX512-BF16/AMX is emulated and slower than "
                     "float32; use --dtype float32, or --backend onnx/ct2 --dtype int8 for speed"
                 )
-        auto = AutoModel if model.backbone == "encoder" else AutoModelForSequenceClassification
         attention = self._attention(self.device, self.dtype)
-        try:
-            net = auto.from_pretrained(
-                str(model.path),
-                dtype=self.dtype,
-                attn_implementation=attention,
-                trust_remote_code=model.spec.trust_remote_code,
-            )
-        except ValueError:  # architectures without an SDPA kernel in transformers
-            net = auto.from_pretrained(
-                str(model.path), dtype=self.dtype, trust_remote_code=model.spec.trust_remote_code
-            )
+        net = take_preloaded(model, self.dtype) or load_net(model, self.dtype, attention)
         self.net = net.to(self.device).eval()
         # FlashAttention-2 drops masked positions and pads zeros back: a position masked
         # from attention but wanted (ColBERT's query expansion) gets no state.

@@ -25,7 +25,12 @@ from ember.backends.base import (
     FeatureBatch,
     Outputs,
 )
-from ember.backends.torch_backend import configure_cpu_threads, resolve_device, resolve_dtype
+from ember.backends.torch_backend import (
+    configure_cpu_threads,
+    resolve_device,
+    resolve_dtype,
+    take_preloaded,
+)
 from ember.config import cpu_forward_plan
 from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel
@@ -38,7 +43,8 @@ import torch  # noqa: E402  (imported by the caller's check first: ember.backend
 TOWERS = {"text": "get_text_features", "image": "get_image_features", "audio": "get_audio_features"}
 
 
-def _load_net(model: ResolvedModel, dtype: torch.dtype) -> Any:
+def load_media_net(model: ResolvedModel, dtype: torch.dtype) -> Any:
+    """A media model's network on the CPU, in ``dtype``."""
     kind = model.kind.name if model.kind else ""
     if kind == "colpali":
         from transformers import ColPaliForRetrieval as net_class
@@ -71,7 +77,8 @@ class TorchMediaBackend(BackendDefaults):
         if self.device == "cpu":
             configure_cpu_threads()
             self.parallel_forwards, self.threads = cpu_forward_plan(model.spec.forward_workers)
-        self.net = _load_net(model, self.dtype).to(self.device).eval()
+        net = take_preloaded(model, self.dtype) or load_media_net(model, self.dtype)
+        self.net = net.to(self.device).eval()
         self.backbone = model.backbone
         self._calls: dict[str, Callable[..., Any]] = {}
         self._accepts: dict[str, frozenset[str] | None] = {}
