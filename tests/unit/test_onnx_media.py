@@ -92,3 +92,24 @@ def test_towers_are_cached_by_the_model_files(
     config.write_text(config.read_text().replace("{", '{"_note": "edited",', 1))
     edited = replace(model, config=model.config)
     assert onnx_media_export.prepare(edited, plan) != built  # new files, new key
+
+
+def test_large_models_keep_weights_beside_each_graph(
+    clip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the protobuf limit each tower's weights go to a .data file beside it (forced
+    here by a zero threshold): the int8 graphs too, and the vectors are the same."""
+    model = _resolved(clip, backend="onnx", device="cpu", cache_dir=tmp_path / "small")
+    pixels = np.random.default_rng(0).normal(size=(3, 3, 32, 32)).astype(np.float32)
+    batch = FeatureBatch("image", {"pixel_values": pixels})
+    want = load_backend(model).forward(batch)[EMBEDDINGS]
+    monkeypatch.setattr(onnx_media_export, "EXTERNAL_DATA_BYTES", 0)
+    monkeypatch.setattr(onnx_media_export.isolated, "run", lambda build, *args: build(*args))
+    for dtype in ("float32", "int8"):
+        large = replace(model, spec=replace(model.spec, dtype=dtype, cache_dir=tmp_path / "big"))
+        built = onnx_media_export.prepare(large, media_plan(large, CPU))
+        for name in TOWER_FILES.values():
+            assert (built / f"{name}.data").stat().st_size > (built / name).stat().st_size
+        got = load_backend(large).forward(batch)[EMBEDDINGS]
+        cosine = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+        assert cosine.min() >= (0.99999 if dtype == "float32" else 0.999), (dtype, cosine)

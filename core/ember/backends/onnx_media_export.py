@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from ember.backends import artifacts, isolated
-from ember.backends.onnx_export import OPSET, Plan, Progress, resolve_device
+from ember.backends.onnx_export import (
+    OPSET,
+    WEIGHT_SUFFIXES,
+    Plan,
+    Progress,
+    resolve_device,
+)
 from ember.backends.onnx_int8 import quantize_int8
 from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel
@@ -52,6 +58,9 @@ TEXT_INPUTS = ("input_ids", "attention_mask")
 # Kinds whose towers export: one transformers tower per modality, no remote code. CLAP's
 # HTSAT audio tower (windowed attention with data-dependent padding) is left to torch.
 KINDS = ("clip", "siglip")
+# Above this many bytes of weights (both towers) each graph keeps its weights in a ``.data``
+# file beside it: protobuf caps a graph at 2 GiB, and one tower of a large model passes it.
+EXTERNAL_DATA_BYTES = 1_800_000_000
 
 
 def media_plan(model: ResolvedModel, available: list[str]) -> Plan:
@@ -94,6 +103,12 @@ def build_options(model: ResolvedModel, plan: Plan) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- export
+
+
+def is_large(model: ResolvedModel) -> bool:
+    """Whether the graphs are written with external data (``EXTERNAL_DATA_BYTES``)."""
+    size = sum(p.stat().st_size for p in model.path.glob("*") if p.suffix in WEIGHT_SUFFIXES)
+    return size > EXTERNAL_DATA_BYTES
 
 
 def _load_net(model: ResolvedModel) -> Any:
@@ -195,10 +210,15 @@ def optimize_tower(model: ResolvedModel, modality: str, src: Path, dst: Path) ->
             hidden_size=int(section.get("hidden_size") or 0),
             opt_level=OPT_LEVEL,
         )
-        opt.save_model_to_file(str(dst))
+        opt.save_model_to_file(str(dst), use_external_data_format=is_large(model))
     except Exception as exc:
         log.warning("ORT optimizer failed on the %s tower (%s); kept unfused", modality, exc)
-        onnx.save_model(onnx.load(str(src)), str(dst))
+        onnx.save_model(
+            onnx.load(str(src)),
+            str(dst),
+            save_as_external_data=is_large(model),
+            location=dst.name + ".data",
+        )
         return {}
     return {k: int(v) for k, v in opt.get_fused_operator_statistics().items() if v}
 
@@ -217,7 +237,7 @@ def _build(
         fused = (artifacts.read_manifest(fp32_dir) or {}).get("fused_ops", {})
         for modality, name in TOWER_FILES.items():
             say(f"quantising the {modality} tower to int8 (dynamic, per-channel)")
-            quantized[modality] = quantize_int8(fp32_dir / name, out_dir / name)
+            quantized[modality] = quantize_int8(fp32_dir / name, out_dir / name, is_large(model))
     else:
         with tempfile.TemporaryDirectory(prefix="ember-onnx-media-") as tmp_name:
             say(f"exporting the towers of {model.path} to ONNX (opset {OPSET})")
