@@ -19,7 +19,8 @@ from ember.errors import BadRequest
 # modality), or a retrieval VLM's projected token vectors (ColPali, ColQwen2).
 Backbone = Literal["encoder", "sequence-classifier", "dual-encoder", "retrieval-vlm"]
 
-# Backbones of media models: loaded by their own classes, served by torch only.
+# Backbones of media models: loaded by their own classes; torch serves them all, onnx CLIP
+# and SigLIP (ember.backends.registry: media_kinds).
 MEDIA_BACKBONES: tuple[Backbone, ...] = ("dual-encoder", "retrieval-vlm")
 
 # What a request's inputs hold (Infinity's ``modality``).

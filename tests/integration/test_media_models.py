@@ -103,7 +103,8 @@ def files() -> Iterator[MediaServer]:
 
 @pytest.fixture(scope="module")
 def server(paths: dict[str, Path], minilm_path: Path) -> Iterator[ServerProcess]:
-    """Media models beside a text model, fetching allowed to this machine's test server."""
+    """Media models beside a text model, fetching allowed to this machine's test server;
+    every model on torch (the towers as transformers runs them)."""
     names = ("clip", "siglip", "clap", "colpali", "colqwen2")
     models = ";".join([*(str(paths[n]) for n in names), str(minilm_path)])
     with start_server(
@@ -112,6 +113,8 @@ def server(paths: dict[str, Path], minilm_path: Path) -> Iterator[ServerProcess]
             models,
             "--served-model-name",
             ";".join([*names, "minilm"]),
+            "--backend",  # auto serves CLIP on onnx: tests/integration/test_onnx_media.py
+            "torch",
             "--allow-private-urls",
             "--max-media-bytes",
             "300000",
@@ -336,9 +339,7 @@ def test_late_interaction_pages_and_queries(
 )
 def test_ssrf_refused_by_default(strict: ServerProcess, files: MediaServer, url: str) -> None:
     bad = url.format(port=files.port)
-    message = refused(
-        strict, "/v1/embeddings", {"input": [_uris()[0], bad], "modality": "image"}
-    )
+    message = refused(strict, "/v1/embeddings", {"input": [_uris()[0], bad], "modality": "image"})
     assert message.startswith("input 1:"), message
 
 
