@@ -18,7 +18,12 @@
 #     but without BetterTransformer and with an unoptimised ONNX graph.
 #   - pyarrow==21.*: optimum 1.24's extra pulls datasets 5, which needs pyarrow>=21, and
 #     pyarrow>=22 (26 here) needs numpy>=2 while Infinity needs numpy<2.
-# --latest installs only torch==2.13.0 and `infinity-emb[server,torch,ct2,optimum]==0.0.78`.
+#   - soundfile==0.12.1 (both recipes): Infinity's `audio` extra (soundfile>=0.12.1,<0.13),
+#     which its /embeddings with "modality": "audio" needs (benchmarks/media.py, CLAP). Not
+#     its `vision` extra: CLIP needs only Pillow (already pulled in), and that extra's
+#     torchvision/timm/colpali-engine would replace the CPU torch (ColPali is not benchmarked).
+# --latest installs only torch==2.13.0, soundfile and
+# `infinity-emb[server,torch,ct2,optimum]==0.0.78`.
 #
 # Offline use: run with HF_HUB_OFFLINE=1 and a local model dir, e.g.
 #   HF_HUB_OFFLINE=1 benchmarks/.venv-infinity/bin/infinity_emb v2 --engine torch \
@@ -41,7 +46,7 @@ if [[ ! -x "$venv/bin/python" ]]; then
 fi
 pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
 "${pip[@]}" torch==2.13.0
-"${pip[@]}" "infinity-emb[server,torch,ct2,optimum]==0.0.78" "${pins[@]}"
+"${pip[@]}" "infinity-emb[server,torch,ct2,optimum]==0.0.78" "soundfile==0.12.1" "${pins[@]}"
 
 # Fail here, not in the benchmark, if the install is unusable.
 "$venv/bin/python" - <<'EOF'
@@ -50,10 +55,13 @@ import importlib.metadata as md
 import ctranslate2  # noqa: F401
 import infinity_emb  # noqa: F401
 import onnxruntime  # noqa: F401
+import PIL  # noqa: F401  (images: benchmarks/media.py)
+import soundfile  # noqa: F401  (audio)
 import torch
 
 assert torch.__version__.startswith("2.13.0"), torch.__version__
-names = ["infinity_emb", "torch", "transformers", "optimum", "sentence-transformers", "numpy"]
+names = ["infinity_emb", "torch", "transformers", "optimum", "sentence-transformers", "numpy",
+         "soundfile", "pillow"]
 print(", ".join(f"{n} {md.version(n)}" for n in names))
 try:
     import optimum.bettertransformer  # noqa: F401

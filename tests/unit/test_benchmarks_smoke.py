@@ -214,3 +214,85 @@ def test_peak_rss_covers_the_block_not_start_up() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_media_requests_cover_every_slice_and_cycle_the_pool(fake_server: str) -> None:
+    """benchmarks/media.py: slices partition a load, inputs cycle through the pool, the body
+    is the issue's shape (``modality`` + data URIs), and the load generator counts items."""
+    from benchmarks import media, run
+
+    ember = run.ember_server("torch:float32", sys.executable)
+    load = media.MediaLoad("i8", "image", 8, 4, 10, "test")
+    pool = [f"data:image/jpeg;base64,{i}" for i in range(12)]
+    parts = [media.build_requests(ember, load, pool, k, 3) for k in range(3)]
+    reqs = [r for part in parts for r in part]
+    assert len(reqs) == 10 and all(r.items == 8 and r.path == "/v1/embeddings" for r in reqs)
+    sent = [x for r in reqs for x in r.body["input"]]
+    assert sent == [pool[i % 12] for i in range(80)]
+    assert {r.body["modality"] for r in reqs} == {"image"}
+    result = asyncio.run(loadgen.run_load(fake_server, parts[0], name="i8", concurrency=4))
+    assert (result.ok, result.errors, result.items) == (len(parts[0]), 0, 8 * len(parts[0]))
+
+
+def test_media_inputs_and_served_directory(tmp_path: Path) -> None:
+    """The served copy drops transformers 5's processor_config.json (Infinity's 4.48 fails
+    on it); inputs are distinct 224x224 JPEGs and 5 s 48 kHz clips under the body limit."""
+    import base64
+    import io
+
+    import soundfile
+    from PIL import Image
+
+    from benchmarks import media
+
+    built = tmp_path / "model"
+    built.mkdir()
+    for name in ("config.json", "processor_config.json", "preprocessor_config.json"):
+        (built / name).write_text("{}")
+    served = media.served_copy(built)
+    assert sorted(p.name for p in served.iterdir()) == ["config.json", "preprocessor_config.json"]
+    assert media.served_copy(built) == served  # idempotent
+
+    images = media.image_uris(2)
+    assert images[0] != images[1] and images[0].startswith("data:image/jpeg;base64,")
+    image = Image.open(io.BytesIO(media.uri_bytes(images[0])))
+    assert (image.format, image.size) == ("JPEG", (224, 224))
+    clips = media.clip_uris(2)
+    assert clips[0] != clips[1]
+    samples, rate = soundfile.read(io.BytesIO(base64.b64decode(clips[0].split(",", 1)[1])))
+    assert rate == 48000 and len(samples) == 5 * 48000
+    # A request of the audio load stays under Ember's default 2,000,000-byte body limit.
+    per = media.LOADS["a3"].per_request
+    assert per * len(clips[0]) + 200 < 2_000_000
+
+
+def test_media_report_renders() -> None:
+    from benchmarks import media
+
+    def load(rate: float) -> dict:
+        return {"items_per_s": rate, "ok": 4, "errors": 0, "slice_rates": [rate - 1, rate + 1],
+                "cpu_ms_per_item": 60.0, "cpu_cores": 1.8}  # fmt: skip
+
+    rows = [
+        {"server": "ember-torch-float32", "family": "ember", "cosine_image_min": 0.99999,
+         "loads": {"i8": load(20.0), "i1": load(18.0), "a3": load(3.0)}},
+        {"server": "infinity-torch", "family": "infinity", "error": "RuntimeError: x",
+         "loads": {"i8": load(10.0), "i1": load(12.0)}},
+    ]  # fmt: skip
+    media.add_ratios(rows)
+    assert rows[0]["vs_infinity"] == {"i8": 2.0, "i1": 1.5}
+    # Slice by slice: the servers' k-th slices ran back to back.
+    assert rows[0]["vs_infinity_per_slice"] == {"i8": [2.11, 1.91], "i1": [1.55, 1.46]}
+    meta = {
+        "date": "2026-12-01", "cpu": "cpu", "cores": 2, "mem_gib": 1, "threads": 2,
+        "gemm_peak_gflops": 400.0, "gemm_start_gflops": 400.0, "gemm_end_gflops": 390.0,
+        "loadavg_start": "0 0 0", "loadavg_end": "1 1 1", "foreign_cpu":
+        {"mean_cores": 0.1, "max_cores": 0.5}, "clip_gflops_per_image": 8.8,
+        "ceiling": {"batch": 8, "images_per_s": 30.0}, "versions": "v", "transformers": "5",
+        "slices": 2, "time_limit_s": 60.0, "command": "benchmarks/media.py", "total_s": 1.0,
+        "loadavg_per_slice": {"clip": ["0 0 0"]},
+    }  # fmt: skip
+    text = media.markdown({"meta": meta, "rows": rows})
+    assert "| ember-torch-float32 |" in text and "20.0 (19.0–21.0; med 20.0)" in text
+    assert "infinity-torch (failed: RuntimeError: x)" in text
+    assert "60 (1.80) / 60 (1.80) / 60 (1.80)" in text and "2.01 (1.91–2.11)" in text
