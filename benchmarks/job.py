@@ -48,15 +48,18 @@ def write_corpus(sentences: Sequence[str], path: Path) -> Path:
     return path
 
 
-def job_argv(spec: str, model: Path, corpus: Path, out: Path, python: str) -> list[str]:
-    """`ember embed` with the backend flags run.py's ``ember_server`` gives `ember serve`."""
+def job_argv(
+    spec: str, model: Path, corpus: Path, out: Path, python: str, extra: Sequence[str] = ()
+) -> list[str]:
+    """`ember embed` with the backend flags run.py's ``ember_server`` gives `ember serve`
+    (``extra``: the job's own flags, e.g. ``--in-flight 128``)."""
     backend, _, dtype = spec.partition(":")
     return [
         python, "-m", "ember", "embed", str(corpus), "--output", str(out), "--overwrite",
         "--id-column", "id", "--model-id", str(model),
         "--backend", backend, "--dtype", dtype or "auto", "--device", "cpu",
         "--cache-dir", str(bench_run.TMP / f"ember-cache-{REPO.name}"), "--no-progress",
-        "--log-level", "warning",
+        "--log-level", "warning", *extra,
     ]  # fmt: skip
 
 
@@ -103,6 +106,7 @@ def markdown(result: dict[str, Any]) -> str:
         "it (JSON Lines in, Parquet out, shards of 10,000 rows). Figures are medians over the "
         "rounds; the server's best is the better of its two loads.",
         f"- Command: `{m['command']}` ({m['total_s']:.0f} s)",
+        f"- Job flags beyond the backend's: `{m['job_flags'] or 'none'}`.",
         "",
         "| backend | server (a) sent/s | server (b) sent/s | job sent/s | job ÷ server best | "
         "job rounds | job load s |",
@@ -153,6 +157,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--time-limit", type=float, default=120.0, help="seconds per load at most")
     p.add_argument("--start-timeout", type=float, default=300.0)
     p.add_argument("--wait-quiet", type=float, default=0.0)
+    p.add_argument(
+        "--job-flags", default="", help="more `ember embed` flags, e.g. '--in-flight 128'"
+    )
     p.add_argument("--out", type=Path, default=None)
     return p.parse_args(argv)
 
@@ -193,7 +200,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             server_rates: dict[str, list[float]] = {load: [] for load in SERVER_LOADS}
             row.update(job_rates=[], job_s=[], job_process_s=[])
             out = bench_run.TMP / f"job-out-{spec.replace(':', '-')}"
-            argv_job = job_argv(spec, model, corpus_file, out, sys.executable)
+            argv_job = job_argv(
+                spec, model, corpus_file, out, sys.executable, args.job_flags.split()
+            )
             run_job(argv_job, args.start_timeout)  # warm-up: builds any artifact once
             for k in range(args.rounds):
                 for load in SERVER_LOADS:
@@ -234,6 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "meta": {
             "date": date, "cpu": bench_run.cpu_name(), "cores": os.cpu_count(),
             "sentences": len(corpus.sentences), "rounds": args.rounds,
+            "job_flags": args.job_flags,
             "foreign_cpu": foreign.stop(),
             "command": " ".join(["benchmarks/job.py", *(argv or sys.argv[1:])]),
             "total_s": round(time.perf_counter() - t_start, 1),

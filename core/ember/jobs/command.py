@@ -81,7 +81,8 @@ def add_embed_parser(sub: Any, add_settings_arguments: Callable[..., None]) -> N
         "--in-flight",
         type=int,
         default=IN_FLIGHT,
-        help=f"Inputs queued ahead for the batcher [{IN_FLIGHT}].",
+        help=f"Inputs queued ahead for the batcher [{IN_FLIGHT}]; ct2 on CPU ran faster "
+        "with 128 (smaller batches).",
     )
     embed.add_argument(
         "--chunk-rows", type=int, default=CHUNK_ROWS, help=f"Inputs per engine call [{CHUNK_ROWS}]."
