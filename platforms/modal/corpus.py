@@ -112,6 +112,10 @@ class CorpusWorker:
 
     @modal.exit()
     def unload(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the engines and their loop (the exit hook; tests call it after `.local()`)."""
         self.loop.run(self.engines.stop())
         self.loop.close()
 

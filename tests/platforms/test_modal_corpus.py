@@ -7,6 +7,8 @@ row to what ``ember embed`` writes on one machine. Modal's cloud (GPUs, the Volu
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -16,7 +18,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tests.platforms._helpers_modal_bentoml import REMOVED_MODAL_ARGS, REPO, keyword_arguments
+from tests.platforms._helpers_modal_bentoml import (
+    REMOVED_MODAL_ARGS,
+    REPO,
+    child_env,
+    keyword_arguments,
+)
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:The CorpusWorker.embed_shard function is executing locally"  # no Volume here: fine
@@ -54,15 +61,31 @@ def worker(modal_env: None) -> Iterator[Any]:
     yield worker
     # Modal runs no exit hook for `.local()` (a container would run it at scale-down): run
     # it on the instance `.local()` built, so the engines and their loop stop here.
-    instance = getattr(worker, "_user_cls_instance", None)
-    if instance is not None and hasattr(instance, "engines"):
-        instance.unload()
+    instance = worker._cached_user_cls_instance()  # what `.local()` calls ran on
+    if hasattr(instance, "engines"):
+        instance.close()
 
 
 def test_source_uses_no_removed_modal_arguments() -> None:
     used = keyword_arguments(CORPUS)
     assert not used & REMOVED_MODAL_ARGS, sorted(used & REMOVED_MODAL_ARGS)
     assert {"max_containers", "order_outputs", "volumes"} <= used
+
+
+def test_imports_without_credentials_and_keeps_the_api_key_out(tmp_path: Path) -> None:
+    """`modal run` imports the module where the job starts: no token needed, the model's
+    settings forwarded to the workers, the API key not (a job serves nobody)."""
+    code = (
+        "import modal, platforms.modal.corpus as c\n"
+        "assert isinstance(c.CorpusWorker, modal.Cls)\n"
+        "print(c.app.name, sorted(c.MODEL_ENV))\n"
+    )
+    env = child_env({"EMBER_MODEL_ID": "BAAI/bge-small-en-v1.5", "EMBER_API_KEY": "k"}, tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split(maxsplit=1) == ["ember-corpus", "['EMBER_MODEL_ID']\n"]
 
 
 @pytest.mark.slow
