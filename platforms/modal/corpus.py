@@ -28,6 +28,7 @@ EMBER_MODAL_SHARD_TIMEOUT       3600            seconds one shard may take
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
@@ -47,7 +48,6 @@ from ember.platform import (
     job_settings,
     join_shards,
     plan_shards,
-    prefetch,
     read_pins,
     run_shard,
     settings_from_env,
@@ -55,6 +55,8 @@ from ember.platform import (
 
 PYTHON_VERSION = "3.11"
 CONSTRAINTS = Path(__file__).resolve().parents[1] / "constraints.txt"
+BAKE_SCRIPT = Path(__file__).resolve().parents[1] / "bake.py"
+BAKE_PATH = "/opt/ember/bake.py"
 DATA = Path("/corpus")  # where the Volume is mounted in every container
 HF_HOME = "/models/hf"
 GPU = os.environ.get("EMBER_MODAL_GPU", "L4")
@@ -65,16 +67,24 @@ MODEL_ENV = {
 
 
 def build_image() -> modal.Image:
-    """debian_slim and the pinned torch wheel, which brings its own CUDA libraries; the
-    weights are baked in with only the model's id and revision as inputs of that layer."""
+    """As ``app.py``'s image: debian_slim and the pinned torch wheel (its own CUDA
+    libraries), the weights baked by ``platforms/bake.py`` in a layer whose only inputs are
+    the model ids and revisions, and Ember's source last, mounted at container start, so a
+    code edit rebuilds nothing."""
     image = modal.Image.debian_slim(python_version=PYTHON_VERSION)
     if modal.is_local():  # the pins file exists only where the job is started from
         pins = read_pins("modal", CONSTRAINTS) + read_pins("modal-corpus", CONSTRAINTS)
         image = image.uv_pip_install(*pins)
     image = image.env({"HF_HOME": HF_HOME, "TOKENIZERS_PARALLELISM": "false"})
-    image = image.add_local_python_source("ember", copy=True)
-    bake = {k: MODEL_ENV[k] for k in ("EMBER_MODEL_ID", "EMBER_REVISION") if k in MODEL_ENV}
-    return image.run_function(prefetch, env=bake).env({"HF_HUB_OFFLINE": "1"})
+    ids = MODEL_ENV.get("EMBER_MODEL_ID", "").strip()
+    if ids:  # none: the packaged all-MiniLM-L6-v2 (a pinned package) is used
+        revisions = MODEL_ENV.get("EMBER_REVISION", "").strip()
+        image = (
+            image.add_local_file(str(BAKE_SCRIPT), BAKE_PATH, copy=True)
+            .run_commands(f"python {BAKE_PATH} {shlex.quote(ids)} {shlex.quote(revisions)}")
+            .env({"HF_HUB_OFFLINE": "1"})
+        )
+    return image.add_local_python_source("ember")
 
 
 volume = modal.Volume.from_name(
