@@ -12,7 +12,8 @@ from tests.support import REPO, child_env
 def test_overload_script_prints_every_check() -> None:
     cmd = [sys.executable, str(REPO / "benchmarks" / "overload.py"), "--launch"]
     cmd += ["--clients", "8", "--texts", "4", "--seconds", "1", "--idle", "4"]
-    cmd += ["--idle-wait", "1", "--slow-cap", "2"]
+    # a deadline long enough that every request in flight at SIGTERM can finish
+    cmd += ["--idle-wait", "1", "--slow-cap", "2", "--request-timeout", "20"]
     out = subprocess.run(
         cmd, env=child_env(), capture_output=True, text=True, timeout=240, check=True
     ).stdout
@@ -32,4 +33,5 @@ def test_overload_script_prints_every_check() -> None:
     assert lines["flood"]["ok"] > 0 and lines["flood"]["unloaded_texts_per_s"] > 0
     assert lines["disconnects"]["healthy"] and lines["disconnects"]["queue_depth_after"] == [0.0]
     assert lines["sigterm"]["exit_code"] == 0
+    assert lines["sigterm"]["answered"] == lines["sigterm"]["in_flight"]
     assert lines["sigterm"]["completed"] == lines["sigterm"]["in_flight"]
