@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from ember.errors import ConfigError
 from ember.jobs.inputs import InputSpec
 from ember.jobs.runner import JobOptions, embed_corpus, embed_rows
 
@@ -115,6 +116,14 @@ def test_dense_job_equals_the_engine(tmp_path: Path, minilm_path: Path) -> None:
 
     again = embed_corpus(_settings(minilm_path), InputSpec.of(corpus), options)
     assert (again.rows, again.rows_this_run) == (150, 0)  # complete: nothing redone
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match="no rows to embed"):
+        embed_corpus(
+            _settings(minilm_path), InputSpec.of(empty), replace(options, output=tmp_path / "e")
+        )
+    assert not (tmp_path / "e").exists()  # no checkpoint of a dataset that reads as nothing
 
 
 @pytest.fixture(scope="module")

@@ -180,6 +180,8 @@ async def run_embed_job(engine: Engine, source: InputSpec, options: JobOptions) 
     from tqdm import tqdm
 
     output = choose_output(engine, options.output_kind)
+    if next(iter(source.rows(start=0)), None) is None:  # a dataset of no shards reads as none
+        raise ConfigError(f"{source.path} has no rows to embed")
     dataset = Dataset(options.output)
     checkpoint = dataset.open(
         job_identity(engine.spec, source, output, options), overwrite=options.overwrite
