@@ -111,8 +111,12 @@ def take_preloaded(model: ResolvedModel, dtype: torch.dtype) -> Any | None:
     return _PRELOADED.pop((str(model.path), str(dtype)), None)
 
 
-class TorchBackend(BackendDefaults):
-    def __init__(self, model: ResolvedModel) -> None:
+class TorchPlacement(BackendDefaults):
+    """Device, dtype and CPU forward plan: what the text and media torch backends share."""
+
+    net: Any
+
+    def _place(self, model: ResolvedModel) -> None:
         self.device = resolve_device(model.spec.device)
         self.dtype = resolve_dtype(model.spec.dtype, self.device)
         # CPU: several single-threaded forwards at once instead of one on a thread pool
@@ -127,6 +131,22 @@ class TorchBackend(BackendDefaults):
                     "bfloat16 on a CPU without AVX512-BF16/AMX is emulated and slower than "
                     "float32; use --dtype float32, or --backend onnx/ct2 --dtype int8 for speed"
                 )
+
+    def _thread_setup(self) -> None:
+        """This forward thread's OpenMP team size (it is per calling thread), set once."""
+        if self.threads and getattr(self._thread_state, "threads", 0) != self.threads:
+            torch.set_num_threads(self.threads)
+            self._thread_state.threads = self.threads
+
+    def close(self) -> None:
+        self.net = None
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+
+
+class TorchBackend(TorchPlacement):
+    def __init__(self, model: ResolvedModel) -> None:
+        self._place(model)
         attention = self._attention(self.device, self.dtype)
         net = take_preloaded(model, self.dtype) or load_net(model, self.dtype, attention)
         self.net = net.to(self.device).eval()
@@ -179,9 +199,7 @@ class TorchBackend(BackendDefaults):
         return "sdpa"
 
     def forward(self, batch: TokenBatch) -> Outputs:
-        if self.threads and getattr(self._thread_state, "threads", 0) != self.threads:
-            torch.set_num_threads(self.threads)  # this worker thread's OpenMP team size
-            self._thread_state.threads = self.threads
+        self._thread_setup()
         with torch.inference_mode():
             ids = torch.from_numpy(batch.input_ids).to(self.device, non_blocking=True)
             mask = torch.from_numpy(batch.attention_mask).to(self.device, non_blocking=True)
@@ -191,11 +209,6 @@ class TorchBackend(BackendDefaults):
             out = self._call(**kwargs)
             result = out.last_hidden_state if self.output == TOKEN_STATES else out.logits
             return {self.output: result.float().cpu().numpy()}
-
-    def close(self) -> None:
-        self.net = None  # type: ignore[assignment]
-        if self.device == "cuda":
-            torch.cuda.empty_cache()
 
 
 def load(model: ResolvedModel) -> Backend:

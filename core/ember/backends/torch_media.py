@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -19,19 +18,12 @@ from ember.backends.base import (
     ATTENTION,
     EMBEDDINGS,
     TOKEN_STATES,
-    BackendDefaults,
     BackendInfo,
     Batch,
     FeatureBatch,
     Outputs,
 )
-from ember.backends.torch_backend import (
-    configure_cpu_threads,
-    resolve_device,
-    resolve_dtype,
-    take_preloaded,
-)
-from ember.config import cpu_forward_plan
+from ember.backends.torch_backend import TorchPlacement, take_preloaded
 from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel
 
@@ -68,15 +60,9 @@ def _accepted(call: Callable[..., Any]) -> frozenset[str] | None:
     return frozenset(p.name for p in params)
 
 
-class TorchMediaBackend(BackendDefaults):
+class TorchMediaBackend(TorchPlacement):
     def __init__(self, model: ResolvedModel) -> None:
-        self.device = resolve_device(model.spec.device)
-        self.dtype = resolve_dtype(model.spec.dtype, self.device)
-        self.parallel_forwards, self.threads = 1, 0
-        self._thread_state = threading.local()
-        if self.device == "cpu":
-            configure_cpu_threads()
-            self.parallel_forwards, self.threads = cpu_forward_plan(model.spec.forward_workers)
+        self._place(model)
         net = take_preloaded(model, self.dtype) or load_media_net(model, self.dtype)
         self.net = net.to(self.device).eval()
         self.backbone = model.backbone
@@ -105,9 +91,7 @@ class TorchMediaBackend(BackendDefaults):
     def forward(self, batch: Batch) -> Outputs:
         if not isinstance(batch, FeatureBatch):
             raise ConfigError("a media model's backend takes a FeatureBatch")
-        if self.threads and getattr(self._thread_state, "threads", 0) != self.threads:
-            torch.set_num_threads(self.threads)
-            self._thread_state.threads = self.threads
+        self._thread_setup()
         accepts = self._accepts[batch.modality]
         with torch.inference_mode():
             inputs = {}
@@ -126,11 +110,6 @@ class TorchMediaBackend(BackendDefaults):
             if "attention_mask" in batch.arrays:
                 outputs[ATTENTION] = batch.arrays["attention_mask"]
             return outputs
-
-    def close(self) -> None:
-        self.net = None
-        if self.device == "cuda":
-            torch.cuda.empty_cache()
 
 
 def load(model: ResolvedModel) -> TorchMediaBackend:
