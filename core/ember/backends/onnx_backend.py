@@ -8,6 +8,7 @@ runs go at once (``ember.config.cpu_forward_plan``) and batches carry almost no 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,31 +36,35 @@ from ember.models.spec import ResolvedModel
 ORT_CPU_PADDING = PaddingBudget(tokens=4, fraction=0.01)
 
 
+def session_plan(model: ResolvedModel, plan: Plan) -> tuple[Any, int, PaddingBudget | None]:
+    """(session options, forwards run at once, padding budget) for ``plan``'s device; the
+    text and media ONNX backends both run their sessions this way."""
+    ort = import_ort()
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.inter_op_num_threads = 1
+    if plan.device != "cpu":
+        return opts, 1, None  # the engine's default for the device
+    # Several single-threaded runs beat one run on a pool that stalls at every barrier
+    # when another process takes a core (ember.config.cpu_forward_plan).
+    forwards, threads = cpu_forward_plan(model.spec.forward_workers, physical_cores())
+    opts.intra_op_num_threads = threads
+    # Idle pool threads sleep instead of spinning: tokenisation, decoding and HTTP share
+    # these cores between forward passes, and a spinning pool starves them (measured
+    # here: 2-thread int8 pass 16.8 s spinning vs 10.9 s not, on a busy 2-core box).
+    # Waking costs microseconds against 10-100 ms batches.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return opts, forwards, ORT_CPU_PADDING
+
+
 class OnnxBackend(BackendDefaults):
     """One ``InferenceSession``; on CPU ``forward`` runs from ``parallel_forwards`` threads
     at once (``session.run`` is thread-safe), each run on ``threads`` intra-op threads."""
 
     def __init__(self, model: ResolvedModel, path: Path, plan: Plan) -> None:
         ort = import_ort()
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.inter_op_num_threads = 1
-        self.parallel_forwards = 1
-        self.padding: PaddingBudget | None = None  # the engine's default for the device
-        if plan.device == "cpu":
-            # Several single-threaded runs beat one run on a pool that stalls at every
-            # barrier when another process takes a core (ember.config.cpu_forward_plan).
-            self.parallel_forwards, threads = cpu_forward_plan(
-                model.spec.forward_workers, physical_cores()
-            )
-            opts.intra_op_num_threads = threads
-            # Idle pool threads sleep instead of spinning: tokenisation and HTTP share
-            # these cores between forward passes, and a spinning pool starves them
-            # (measured here: 2-thread int8 pass 16.8 s spinning vs 10.9 s not, on a
-            # busy 2-core box). Waking costs microseconds against 10-100 ms batches.
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            self.padding = ORT_CPU_PADDING
+        opts, self.parallel_forwards, self.padding = session_plan(model, plan)
         self.session = ort.InferenceSession(str(path), opts, providers=plan.providers)
         inputs = {i.name: i.type for i in self.session.get_inputs()}
         if "input_ids" not in inputs:

@@ -21,12 +21,10 @@ from ember.backends.base import (
     Batch,
     FeatureBatch,
     Outputs,
-    PaddingBudget,
 )
-from ember.backends.onnx_backend import ORT_CPU_PADDING
+from ember.backends.onnx_backend import session_plan
 from ember.backends.onnx_export import Plan, import_ort
 from ember.backends.onnx_media_export import OUTPUT, TOWER_FILES, media_plan, prepare
-from ember.config import cpu_forward_plan, physical_cores
 from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel
 
@@ -38,22 +36,9 @@ class OnnxMediaBackend(BackendDefaults):
 
     def __init__(self, model: ResolvedModel, directory: Path, plan: Plan) -> None:
         ort = import_ort()
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.inter_op_num_threads = 1
-        self.parallel_forwards = 1
-        self.padding: PaddingBudget | None = None
-        if plan.device == "cpu":
-            self.parallel_forwards, threads = cpu_forward_plan(
-                model.spec.forward_workers, physical_cores()
-            )
-            opts.intra_op_num_threads = threads
-            # Idle pool threads sleep: decoding and HTTP share these cores (onnx_backend).
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            # CLIP's text is padded to the batch's longest and ORT computes every padded
-            # position; images carry no padding (one shape per batch).
-            self.padding = ORT_CPU_PADDING
+        # CLIP's text is padded to the batch's longest and ORT computes every padded
+        # position; images carry no padding (one shape per batch).
+        opts, self.parallel_forwards, self.padding = session_plan(model, plan)
         modalities = model.kind.modalities if model.kind else ("text",)
         self.sessions: dict[str, Any] = {}
         self._inputs: dict[str, dict[str, str]] = {}
