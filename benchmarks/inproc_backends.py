@@ -80,7 +80,7 @@ def main() -> None:
         "--forward-workers",
         type=int,
         default=0,
-        help="concurrent forwards (0: the backend's default, ember.config.cpu_forward_plan)",
+        help="concurrent forwards (0: the backend's default, ember.cpu.cpu_forward_plan)",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     args = parser.parse_args()

@@ -9,7 +9,7 @@ model is one row here (plus its heads and, for a new input kind, its processor).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from ember.errors import BadRequest
 
@@ -143,6 +143,8 @@ OUTPUT_NOUNS: dict[Output, str] = {
 MODALITY_NOUNS: dict[Modality, str] = {"text": "text", "image": "images", "audio": "audio"}
 TEXT_IMAGE: tuple[Modality, ...] = ("text", "image")
 TEXT_AUDIO: tuple[Modality, ...] = ("text", "audio")
+# What every media kind shares: the model's own processor, and no `ember export`.
+MEDIA: dict[str, Any] = {"processor": "media", "exportable": False}
 
 KINDS: dict[str, ModelKind] = {
     kind.name: kind
@@ -168,49 +170,19 @@ KINDS: dict[str, ModelKind] = {
         # CLIP and SigLIP: a text and an image tower into one space; CLAP: text and audio.
         # SigLIP's text is padded to its max length, as its processor documents
         # (ember.processors.media).
-        ModelKind(
-            "clip",
-            "dual-encoder",
-            ("dense",),
-            processor="media",
-            exportable=False,
-            modalities=TEXT_IMAGE,
-        ),
-        ModelKind(
-            "siglip",
-            "dual-encoder",
-            ("dense",),
-            processor="media",
-            exportable=False,
-            modalities=TEXT_IMAGE,
-        ),
-        ModelKind(
-            "clap",
-            "dual-encoder",
-            ("dense",),
-            processor="media",
-            exportable=False,
-            modalities=TEXT_AUDIO,
+        *(
+            ModelKind(name, "dual-encoder", ("dense",), **MEDIA, modalities=modalities)
+            for name, modalities in (
+                ("clip", TEXT_IMAGE),
+                ("siglip", TEXT_IMAGE),
+                ("clap", TEXT_AUDIO),
+            )
         ),
         # ColPali and ColQwen2: page images and text queries as projected, normalised token
         # vectors; a text query reranks page images by MaxSim.
-        ModelKind(
-            "colpali",
-            "retrieval-vlm",
-            ("multi",),
-            scoring="maxsim",
-            exportable=False,
-            processor="media",
-            modalities=TEXT_IMAGE,
-        ),
-        ModelKind(
-            "colqwen2",
-            "retrieval-vlm",
-            ("multi",),
-            scoring="maxsim",
-            exportable=False,
-            processor="media",
-            modalities=TEXT_IMAGE,
+        *(
+            ModelKind(name, "retrieval-vlm", ("multi",), "maxsim", **MEDIA, modalities=TEXT_IMAGE)
+            for name in ("colpali", "colqwen2")
         ),
         ModelKind(
             "cross-encoder", "sequence-classifier", ("logits",), "cross-encoder", task="rerank"

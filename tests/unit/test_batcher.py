@@ -115,7 +115,7 @@ def test_items_with_different_shape_keys_never_share_a_batch() -> None:
 
 
 def test_cpu_forward_plan() -> None:
-    from ember.config import cpu_forward_plan
+    from ember.cpu import cpu_forward_plan
 
     assert cpu_forward_plan(0, cores=2) == (2, 1)
     assert cpu_forward_plan(0, cores=4) == (4, 1)

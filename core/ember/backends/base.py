@@ -104,7 +104,7 @@ class Backend(Protocol):
 
     ``forward`` is called from up to ``parallel_forwards`` worker threads at once: CPU
     backends run one single-threaded forward per core rather than one forward on a
-    multi-threaded pool (see ``ember.config.cpu_forward_plan``). ``padding`` is how much
+    multi-threaded pool (see ``ember.cpu.cpu_forward_plan``). ``padding`` is how much
     padding a batch may carry before smaller batches are cheaper; None follows
     ``info.device`` (``ember.engine.batcher.padding_budget_for``). ``max_batch_size`` and
     ``max_length`` are set by backends compiled for static shapes (Neuron), else None.

@@ -38,7 +38,7 @@ from ember.backends.base import (
     TokenBatch,
 )
 from ember.backends.registry import REGISTRY
-from ember.config import cpu_forward_plan, physical_cores
+from ember.cpu import cpu_forward_plan, physical_cores
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel
 
@@ -299,7 +299,7 @@ class Ct2Backend(BackendDefaults):
         ct2 = _import_ct2()
         self._ct2 = ct2
         # CPU: one single-threaded replica per core, fed concurrently by the batcher's
-        # workers (ember.config.cpu_forward_plan); GPU: one replica.
+        # workers (ember.cpu.cpu_forward_plan); GPU: one replica.
         self.parallel_forwards, threads = 1, 0
         if plan.device == "cpu":
             self.parallel_forwards, threads = cpu_forward_plan(

@@ -2,7 +2,7 @@
 
 The session applies ``ORT_ENABLE_ALL`` for the machine it runs on, on top of the
 hardware-independent fusions baked into the artifact. On CPU, several single-threaded
-runs go at once (``ember.config.cpu_forward_plan``) and batches carry almost no padding.
+runs go at once (``ember.cpu.cpu_forward_plan``) and batches carry almost no padding.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ember.backends.base import (
     TokenBatch,
 )
 from ember.backends.onnx_export import BACKEND, Plan, import_ort, plan_for, prepare
-from ember.config import cpu_forward_plan, physical_cores
+from ember.cpu import cpu_forward_plan, physical_cores
 from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel
 
@@ -47,7 +47,7 @@ def session_plan(model: ResolvedModel, plan: Plan) -> tuple[Any, int, PaddingBud
     if plan.device != "cpu":
         return opts, 1, None  # the engine's default for the device
     # Several single-threaded runs beat one run on a pool that stalls at every barrier
-    # when another process takes a core (ember.config.cpu_forward_plan).
+    # when another process takes a core (ember.cpu.cpu_forward_plan).
     forwards, threads = cpu_forward_plan(model.spec.forward_workers, physical_cores())
     opts.intra_op_num_threads = threads
     # Idle pool threads sleep instead of spinning: tokenisation, decoding and HTTP share

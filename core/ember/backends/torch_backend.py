@@ -20,7 +20,7 @@ from ember.backends.base import (
 )
 from ember.backends.gpu_check import torch_cuda_check
 from ember.capabilities import MEDIA_BACKBONES
-from ember.config import cpu_forward_plan
+from ember.cpu import cpu_forward_plan
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel
 
@@ -120,7 +120,7 @@ class TorchPlacement(BackendDefaults):
         self.device = resolve_device(model.spec.device)
         self.dtype = resolve_dtype(model.spec.dtype, self.device)
         # CPU: several single-threaded forwards at once instead of one on a thread pool
-        # (barrier stalls under contention: ember.config.cpu_forward_plan). GPU: one.
+        # (barrier stalls under contention: ember.cpu.cpu_forward_plan). GPU: one.
         self.parallel_forwards, self.threads = 1, 0
         self._thread_state = threading.local()
         if self.device == "cpu":

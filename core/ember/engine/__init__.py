@@ -1,7 +1,8 @@
 """Engines (async, one per model), their router, and the blocking facade."""
 
 from ember.engine.array import EngineArray
-from ember.engine.engine import Engine, Result, Timings
+from ember.engine.engine import Engine
+from ember.engine.result import Result, Timings
 from ember.engine.sync import SyncEngineArray
 
 __all__ = ["Engine", "EngineArray", "Result", "SyncEngineArray", "Timings"]

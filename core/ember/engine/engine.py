@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,8 +19,9 @@ import numpy as np
 from ember.backends import load_backend
 from ember.backends.base import Backend
 from ember.capabilities import Modality, ModelKind, Output
-from ember.config import cpu_count
 from ember.engine.batcher import Batcher, padding_budget_for
+from ember.engine.prepare import Prepare, Preparer
+from ember.engine.result import Result, Timings
 from ember.errors import BadRequest, ConfigError, NotReady, RequestTimeout
 from ember.heads import postprocess
 from ember.heads.base import Head
@@ -36,34 +36,7 @@ from ember.processors.text import Direction, Tokens
 
 log = logging.getLogger(__name__)
 
-# Requests with at most this many characters (or token ids) are tokenised on the event
-# loop: one sentence takes ~0.1 ms in the Rust tokenizer, less than handing it to a
-# thread and back (a profile at 1 sentence x 32 clients spent more in that GIL handoff
-# than in tokenising). Larger requests go to the pool and overlap with forwards.
-INLINE_TOKENIZE_CHARS = 2048
 CPU_WARM_UP_LENGTH = 64
-
-
-@dataclass
-class Timings:
-    """Seconds per stage for one request; exposed as TEI-style response headers."""
-
-    tokenize: float = 0.0
-    queue: float = 0.0
-    forward: float = 0.0
-
-
-@dataclass
-class Result:
-    """What an engine call returns: per-input outputs plus accounting.
-
-    ``outputs`` is float32 [n, d] for dense embeddings and scores, a list of [k_i, d]
-    arrays for multi-vector embeddings, a list of ``SparseVector`` for sparse ones.
-    """
-
-    outputs: Any
-    prompt_tokens: int
-    timings: Timings = field(default_factory=Timings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,10 +72,7 @@ class Engine:
         self.processor: TextProcessor | None = None
         self.heads: dict[Output, Head] = {}
         self.batcher: Batcher | None = None
-        self._tokenize_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
-        # Image and audio decoding + preprocessing, one item per task (Pillow, soundfile and
-        # numpy release the GIL): created with the first media model only.
-        self._media_pool: ThreadPoolExecutor | None = None
+        self._prepare = Preparer()
         self.ready = False
         self.load_seconds = 0.0
         self.warmup_seconds = 0.0
@@ -213,9 +183,7 @@ class Engine:
             await self.batcher.stop()
         if self.backend:
             self.backend.close()
-        self._tokenize_pool.shutdown(wait=False, cancel_futures=True)
-        if self._media_pool is not None:
-            self._media_pool.shutdown(wait=False, cancel_futures=True)
+        self._prepare.close()
 
     # ---- facts -----------------------------------------------------------------------------
     @property
@@ -269,7 +237,7 @@ class Engine:
         processor = self.processor
         assert processor is not None
         items = list(inputs)
-        prepare: Callable[[], Awaitable[list]]
+        prepare: Prepare
         if modality != "text":
             kind.require_modality(modality, self.name)
             prepare = self._media(items, modality)
@@ -283,7 +251,7 @@ class Engine:
                 texts, truncate=truncate, direction=truncation_direction, query=query
             )
         if modality == "text":
-            prepare = self._tokenizing(job, sum(map(len, items)))
+            prepare = self._prepare.tokenizing(job, sum(map(len, items)))
         rows, result = await self._run(prepare, output, len(items))
         if output == "dense":
             result.outputs = postprocess.embedding_output(
@@ -323,7 +291,7 @@ class Engine:
                     )
 
             else:
-                prepare = self._tokenizing(
+                prepare = self._prepare.tokenizing(
                     lambda: (
                         processor.encode([query], truncate=truncate, query=True)
                         + processor.encode(docs, truncate=truncate)
@@ -337,7 +305,7 @@ class Engine:
             self.kind.require_modality(modality, self.name)
         pairs = [(query, doc) for doc in documents]
         rows, result = await self._run(
-            self._tokenizing(
+            self._prepare.tokenizing(
                 lambda: processor.encode_pairs(pairs, truncate=truncate),
                 len(query) * len(pairs) + sum(map(len, documents)),
             ),
@@ -355,7 +323,7 @@ class Engine:
         processor = self.processor
         assert processor is not None
         rows, result = await self._run(
-            self._tokenizing(
+            self._prepare.tokenizing(
                 lambda: processor.encode(list(texts), truncate=truncate), sum(map(len, texts))
             ),
             "logits",
@@ -367,12 +335,10 @@ class Engine:
         processor = self.processor
         if processor is None:
             raise NotReady(f"model {self.name!r} is still loading")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._tokenize_pool,
+        return await self._prepare.on_pool(
             lambda: [
                 processor.tokenize_detail(t, add_special_tokens=add_special_tokens) for t in texts
-            ],
+            ]
         )
 
     def with_prompt(self, texts: list[str], prompt_name: str | None) -> list[str]:
@@ -389,44 +355,13 @@ class Engine:
         prefix = self.model.prompts[name]
         return [prefix + t for t in texts] if prefix else texts
 
-    def _tokenizing(
-        self, tokenize: Callable[[], list[Tokens]], size: int
-    ) -> Callable[[], Awaitable[list[Tokens]]]:
-        """Tokenise inline when ``size`` (characters or ids) is small, else on a thread."""
-
-        async def prepare() -> list[Tokens]:
-            if size <= INLINE_TOKENIZE_CHARS:
-                return tokenize()
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._tokenize_pool, tokenize)
-
-        return prepare
-
-    def _media(self, items: list, modality: Modality) -> Callable[[], Awaitable[list[Features]]]:
-        """Fetch (bounded, SSRF-checked), then decode and preprocess each item on its own
-        worker thread, overlapping the forwards that run meanwhile."""
-        from ember.media import fetch_all
-
+    def _media(self, items: list, modality: Modality) -> Prepare:
         processor = self.processor
         assert processor is not None
-        decode = getattr(processor, modality)  # MediaProcessor.image / .audio
+        limits = processor.limits  # type: ignore[attr-defined]  # a MediaProcessor's
+        return self._prepare.media(items, modality, processor, limits)
 
-        async def prepare() -> list[Features]:
-            data = await fetch_all(items, processor.limits)  # type: ignore[attr-defined]
-            if self._media_pool is None:
-                self._media_pool = ThreadPoolExecutor(
-                    max_workers=cpu_count(), thread_name_prefix="media"
-                )
-            loop = asyncio.get_running_loop()
-            pool = self._media_pool
-            jobs = [loop.run_in_executor(pool, decode, d, i) for i, d in enumerate(data)]
-            return list(await asyncio.gather(*jobs))
-
-        return prepare
-
-    async def _run(
-        self, prepare: Callable[[], Awaitable[list]], output: Output, count: int
-    ) -> tuple[list[Any], Result]:
+    async def _run(self, prepare: Prepare, output: Output, count: int) -> tuple[list[Any], Result]:
         """Admit ``count`` inputs, prepare their features (tokenise; fetch and decode media),
         queue, await rows. The deadline runs from here, the request's arrival, and a full
         queue refuses before any tokenisation or download."""

@@ -36,4 +36,4 @@ class TokenVectorsHead:
         self, outputs: dict[str, np.ndarray], batch: Batch, rows: Sequence[int]
     ) -> list[np.ndarray]:
         states, mask = outputs[TOKEN_STATES], outputs[ATTENTION]
-        return [np.ascontiguousarray(states[r][mask[r] != 0]) for r in rows]
+        return [states[r][mask[r] != 0] for r in rows]  # boolean indexing copies

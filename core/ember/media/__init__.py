@@ -6,8 +6,9 @@ are held to one ``MediaLimits``, and every error names the input's 0-based posit
 Pillow, soundfile and soxr are imported on first use (``pip install 'ember[media]'``).
 """
 
+from ember.media.addresses import is_public_address
 from ember.media.audio import decode_audio
-from ember.media.fetch import fetch_all, is_public_address
+from ember.media.fetch import fetch_all
 from ember.media.image import decode_image
 from ember.media.limits import MediaLimits
 

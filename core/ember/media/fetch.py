@@ -21,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-import ipaddress
-import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -31,12 +29,12 @@ from typing import TYPE_CHECKING
 
 from ember import __version__
 from ember.errors import BadRequest, EmberError, MissingDependency, PayloadTooLarge
+from ember.media.addresses import Address, any_address, is_public_address, resolve_host
 from ember.media.limits import MediaLimits
 
 if TYPE_CHECKING:
     import httpx
 
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[Sequence[Address]]]
 AddressPolicy = Callable[[Address], bool]
 
@@ -44,62 +42,6 @@ MAX_REDIRECTS = 3  # SPEC-NOTES: a 4th redirect is a 400
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 USER_AGENT = f"ember/{__version__}"
 SHOWN_URL_CHARS = 120  # an error message quotes at most this much of a URL
-
-# Non-global ranges that older Pythons' ``is_global`` tables miss (3.11 calls 192.0.0.8
-# global), and the IPv6 prefixes that carry an IPv4 address a gateway would connect to.
-_NOT_GLOBAL = (
-    ipaddress.ip_network("192.0.0.0/24"),
-    ipaddress.ip_network("64:ff9b:1::/48"),
-)
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-
-
-def is_public_address(address: Address) -> bool:
-    """True for a globally routable unicast address; the default policy for every hop.
-
-    Refuses loopback, private, link-local, multicast, unspecified, reserved and shared
-    (100.64/10) ranges, and an IPv6 address that embeds a refused IPv4 one (IPv4-mapped
-    ``::ffff:127.0.0.1``, 6to4, Teredo, NAT64): a gateway would connect to the embedded one.
-    """
-    if not address.is_global or address.is_multicast:
-        return False
-    if any(address in net for net in _NOT_GLOBAL if net.version == address.version):
-        return False
-    if isinstance(address, ipaddress.IPv6Address):
-        embedded: list[ipaddress.IPv4Address] = []
-        if address.ipv4_mapped is not None:
-            embedded.append(address.ipv4_mapped)
-        if address.sixtofour is not None:
-            embedded.append(address.sixtofour)
-        if address.teredo is not None:
-            embedded.extend(address.teredo)
-        if address in _NAT64:
-            embedded.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
-        return all(is_public_address(v4) for v4 in embedded)
-    return True
-
-
-def any_address(address: Address) -> bool:
-    """The policy under ``--allow-private-urls``: every address may be fetched."""
-    return True
-
-
-async def resolve_host(host: str, port: int) -> list[Address]:
-    """Every address ``host`` resolves to, in the resolver's order, without duplicates.
-
-    Goes through ``getaddrinfo`` like a connection would, so an IPv4 written as an integer
-    (``2130706433``) or in hex resolves to the address it means and is checked as that.
-    """
-    infos = await asyncio.get_running_loop().getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-    )
-    found: list[Address] = []
-    for family, _type, _proto, _name, sockaddr in infos:
-        if family in (socket.AF_INET, socket.AF_INET6):
-            address = ipaddress.ip_address(sockaddr[0])
-            if address not in found:
-                found.append(address)
-    return found
 
 
 async def fetch_all(

@@ -40,7 +40,7 @@ class ModelSpec:
     max_batch_size: int = MAX_BATCH_SIZE
     max_queue_size: int = MAX_QUEUE_SIZE
     request_timeout: float = REQUEST_TIMEOUT
-    forward_workers: int = 0  # 0: auto (see ember.config.cpu_forward_plan)
+    forward_workers: int = 0  # 0: auto (see ember.cpu.cpu_forward_plan)
     torch_compile: bool = False  # torch backend: torch.compile while loading
     trust_remote_code: bool = False
     cache_dir: Path | None = None  # where exported artifacts (onnx, ct2) are kept

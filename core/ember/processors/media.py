@@ -102,26 +102,37 @@ class MediaProcessor:
                 f"model {self.model_name!r} ({self.kind}) truncates text on the right only",
                 param="truncation_direction",
             )
-        return [self._text(i, text, truncate) for i, text in enumerate(texts)]
+        return self._texts(texts, truncate)
 
-    def _text(self, index: int, text: str, truncate: bool) -> Features:
+    def _texts(self, texts: list[str], truncate: bool) -> list[Features]:
         if self.encodes_queries:
-            # ColPali's processor builds its outputs with torch ops: ask for tensors.
-            arrays = self._arrays(self.processor.process_queries([text], return_tensors="pt"))
-            return self._features("text", arrays)
-        options: dict[str, Any] = {"return_tensors": "np", "max_length": self.max_length}
+            # ColPali's processor builds its outputs with torch ops: ask for tensors. One
+            # query at a time: its batches are padded.
+            return [
+                self._features(
+                    "text", self._arrays(self.processor.process_queries([t], return_tensors="pt"))
+                )
+                for t in texts
+            ]
+        options: dict[str, Any] = {"max_length": self.max_length}
         if self.kind == "siglip":  # as SigLIP's processor documents: to the max length
             options["padding"] = "max_length"
-        arrays = self._arrays(self.tokenizer([text], truncation=True, **options))
-        if not truncate and int(arrays["input_ids"].shape[-1]) >= self.max_length:
-            full = len(self.tokenizer(text, verbose=False)["input_ids"])
-            if full > self.max_length:
-                raise BadRequest(
-                    f"input {index}: {full} tokens, more than model {self.model_name!r} "
-                    f"takes ({self.max_length}); send truncate=true or shorten it",
-                    param="input",
-                )
-        return self._features("text", arrays)
+        # One call for the batch, unpadded (SigLIP's padding is per text): each item's
+        # arrays are what the tokenizer gives that text alone.
+        encoded = self.tokenizer(texts, truncation=True, **options)
+        items = []
+        for index, text in enumerate(texts):
+            arrays = {k: np.asarray([v[index]], dtype=np.int64) for k, v in encoded.items()}
+            if not truncate and int(arrays["input_ids"].shape[-1]) >= self.max_length:
+                full = len(self.tokenizer(text, verbose=False)["input_ids"])
+                if full > self.max_length:
+                    raise BadRequest(
+                        f"input {index}: {full} tokens, more than model {self.model_name!r} "
+                        f"takes ({self.max_length}); send truncate=true or shorten it",
+                        param="input",
+                    )
+            items.append(self._features("text", arrays))
+        return items
 
     def from_ids(
         self, sequences: list[list[int]], *, truncate: bool = True, query: bool = False
@@ -240,7 +251,7 @@ class MediaProcessor:
     def filler(self, length: int) -> Features:
         """A text of ``length`` tokens for the warm-up's largest batch."""
         text = " ".join(["warm"] * max(1, length))
-        return self._text(0, text, truncate=True)
+        return self._texts([text], truncate=True)[0]
 
     def collate(self, items: Sequence[Features]) -> FeatureBatch:
         modality = items[0].modality
