@@ -27,7 +27,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import httpx
@@ -349,5 +351,17 @@ async def main() -> None:
             process.kill()
 
 
+def run(coroutine: Coroutine[Any, Any, None]) -> None:
+    """On uvloop where it is installed (uvicorn[standard] brings it): it spends about a
+    third less of the load generator's CPU per request than asyncio's own loop, CPU that
+    on a small machine is taken from the server under test."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coroutine)
+    else:
+        uvloop.run(coroutine)
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main())

@@ -43,31 +43,41 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.3f}"
 
 
-async def _until_disconnected(receive: Receive) -> None:
-    """Returns when the client goes away (the body has been read already)."""
+async def _cancel_when_disconnected(receive: Receive, request: asyncio.Task, gone: list) -> None:
+    """Cancels ``request`` when its client goes away (the body has been read already):
+    cancelling drops its queued inputs."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
+            gone.append(True)
+            request.cancel()
             return
 
 
 async def run_operation(
     state: State, receive: Receive, operation: Operation, body: Any
 ) -> Response:
-    """The shared request path of every model route (FastAPI's endpoints and the fast path)."""
+    """The shared request path of every model route (FastAPI's endpoints and the fast path).
+
+    The operation runs in the request's own task, not a new one: admission, tokenising and
+    queueing happen in the step that parsed the body, so a full queue answers 429 without
+    waiting for the event loop to come round again (under a flood each turn of the loop
+    is long). A watcher task cancels the request if its client leaves."""
     started = time.perf_counter()
-    work = asyncio.ensure_future(
-        operation(state.engines, body, state.settings.max_client_batch_size)
-    )
-    watcher = asyncio.ensure_future(_until_disconnected(receive))
+    request = asyncio.current_task()
+    assert request is not None
+    gone: list = []
+    watcher = asyncio.ensure_future(_cancel_when_disconnected(receive, request, gone))
     try:
-        await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        reply = await operation(state.engines, body, state.settings.max_client_batch_size)
+    except asyncio.CancelledError:
+        if not gone:  # cancelled from outside (shutdown): not ours to answer
+            raise
+        if hasattr(request, "uncancel"):  # Python 3.11+
+            request.uncancel()
+        return client_gone_response()
     finally:
         watcher.cancel()
-    if not work.done():  # client left: cancelling drops its queued texts
-        work.cancel()
-        return client_gone_response()
-    reply = work.result()  # raises EmberError -> the app's handler
     t0 = time.perf_counter()
     content = orjson.dumps(reply.body, option=orjson.OPT_SERIALIZE_NUMPY)
     serialize = time.perf_counter() - t0
