@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from ember.backends.registry import BACKEND_NAMES
 from ember.errors import ConfigError
 from ember.models.spec import (
+    FORWARD_NICE,
     MAX_BATCH_SIZE,
     MAX_BATCH_TOKENS,
     MAX_QUEUE_SIZE,
@@ -110,6 +111,12 @@ class ServerSettings(BaseSettings):
         0,
         description="Forward passes run at once per model on CPU (0 = auto: one per core up "
         "to 4 cores, then cores/4), each with cores/workers threads.",
+    )
+    forward_nice: int = Field(
+        FORWARD_NICE,
+        description="Nice increment (0-19) for the threads that load and run the models, "
+        "so that under full load the event loop still answers at once (refusals, probes); "
+        "0 runs them at the server's own priority. Linux only.",
     )
     torch_compile: bool = Field(
         False,
@@ -266,6 +273,7 @@ class ServerSettings(BaseSettings):
             max_queue_size=_positive_int("max_queue_size", pick("max_queue_size")),
             request_timeout=self.request_timeout,
             forward_workers=self.forward_workers,
+            forward_nice=_nice("forward_nice", self.forward_nice),
             torch_compile=self.torch_compile,
             trust_remote_code=self.trust_remote_code,
             cache_dir=Path(self.cache_dir) if self.cache_dir else None,
@@ -323,6 +331,12 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
 def _at_least_one(name: str, number: int) -> int:
     if number < 1:
         raise ConfigError(f"{_flag(name)} must be >= 1, got {number}")
+    return number
+
+
+def _nice(name: str, number: int) -> int:
+    if not 0 <= number <= 19:
+        raise ConfigError(f"{_flag(name)} must be 0-19, got {number}")
     return number
 
 

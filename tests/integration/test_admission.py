@@ -194,3 +194,95 @@ async def test_cors_is_off_by_default_and_answers_preflight_when_set(minilm_path
                 assert answer.headers["access-control-allow-origin"] == allowed
     finally:
         await engines.stop()
+
+
+async def test_a_refusal_is_answered_in_the_step_that_read_the_body(minilm_path: Path) -> None:
+    """Under a flood each turn of the event loop is long, so a 429 that waits for the loop
+    to come round (a task per request, then waiting on it) took 10-25 ms in the app. Driven
+    by hand, the app's coroutine must finish its refusal without suspending once."""
+    from ember.api.app import create_app
+    from ember.config import settings_from_env
+
+    engines, _ = _engines(minilm_path, delay=0.5, max_queue_size="2", max_batch_size="1")
+    await engines.start()
+    app = create_app(settings_from_env(model_id=str(minilm_path)), engines)
+    body = b'{"input": ["three", "four"]}'
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/embeddings",
+        "raw_path": b"/v1/embeddings",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"28")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    sent: list[dict] = []
+    unread = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict:  # the body, then nothing until the connection ends
+        if unread:
+            return unread.pop()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    engine = engines.get(None)
+    try:
+        busy = [asyncio.create_task(engine.embed([f"busy {i}"])) for i in range(2)]
+        await asyncio.sleep(0.05)  # both admitted: the queue is full
+        step = app(scope, receive, send)
+        with pytest.raises(StopIteration):
+            step.send(None)  # one step, no suspension
+        assert sent[0]["status"] == 429
+        assert (b"retry-after", b"1") in sent[0]["headers"]
+        await asyncio.gather(*busy)
+    finally:
+        await engines.stop()
+
+
+async def test_models_load_and_run_at_the_forward_priority(minilm_path: Path) -> None:
+    """--forward-nice: the loading thread (whose runtime pools inherit it) and every
+    forward thread run that many nice levels below the event loop, which stays put."""
+    import os
+    import sys
+    import threading
+
+    from ember.engine import EngineArray
+    from tests.integration.test_robustness import InstrumentedBackend
+
+    if sys.platform != "linux":
+        pytest.skip("thread nice values are Linux's")
+    seen: dict[str, int] = {}
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    class Recording(InstrumentedBackend):
+        def forward(self, batch):  # type: ignore[no-untyped-def]
+            seen["forward"] = nice()
+            return super().forward(batch)
+
+    def loader(model):  # type: ignore[no-untyped-def]
+        seen["load"] = nice()
+        return Recording(model, 0.0)
+
+    from ember.config import settings_from_env
+
+    loop_nice = nice()
+    settings = settings_from_env(model_id=str(minilm_path), device="cpu", forward_nice=7)
+    engines = EngineArray(settings.model_specs(), backend_loader=loader)
+    await engines.start()
+    try:
+        await engines.get(None).embed(["one"])
+    finally:
+        await engines.stop()
+    expected = min(19, loop_nice + 7)
+    assert seen == {"load": expected, "forward": expected}
+    assert nice() == loop_nice

@@ -63,6 +63,8 @@ def test_mismatched_counts_are_refused() -> None:
         ("max_batch_tokens", "0", ">= 1"),
         ("max_batch_size", "many", "integer"),
         ("task", "summarize", "task"),
+        ("forward_nice", "20", "--forward-nice must be 0-19"),
+        ("forward_nice", "-1", "--forward-nice must be 0-19"),
     ],
 )
 def test_bad_values_are_refused(field: str, value: str, message: str) -> None:

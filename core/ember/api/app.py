@@ -62,12 +62,18 @@ async def run_operation(
     The operation runs in the request's own task, not a new one: admission, tokenising and
     queueing happen in the step that parsed the body, so a full queue answers 429 without
     waiting for the event loop to come round again (under a flood each turn of the loop
-    is long). A watcher task cancels the request if its client leaves."""
+    is long). A watcher task, started only once the operation waits, cancels the request
+    if its client leaves; a refusal never pays for one."""
     started = time.perf_counter()
     request = asyncio.current_task()
     assert request is not None
     gone: list = []
-    watcher = asyncio.ensure_future(_cancel_when_disconnected(receive, request, gone))
+    watchers: list[asyncio.Task] = []
+
+    def watch() -> None:
+        watchers.append(asyncio.ensure_future(_cancel_when_disconnected(receive, request, gone)))
+
+    start_watching = asyncio.get_running_loop().call_soon(watch)
     try:
         reply = await operation(state.engines, body, state.settings.max_client_batch_size)
     except asyncio.CancelledError:
@@ -77,7 +83,9 @@ async def run_operation(
             request.uncancel()
         return client_gone_response()
     finally:
-        watcher.cancel()
+        start_watching.cancel()
+        for watcher in watchers:
+            watcher.cancel()
     t0 = time.perf_counter()
     content = orjson.dumps(reply.body, option=orjson.OPT_SERIALIZE_NUMPY)
     serialize = time.perf_counter() - t0

@@ -143,7 +143,10 @@ class Batcher:
         padding: PaddingBudget = PADDING_CPU,
         idle_trim_seconds: float = IDLE_TRIM_SECONDS,
         trim: Callable[[], object] = release_freed_memory,
+        thread_setup: Callable[[], object] | None = None,
     ) -> None:
+        """``thread_setup`` runs first on each forward thread (the engine lowers its
+        priority there: ``ember.cpu.lower_thread_priority``)."""
         self.run = run
         self.name = name
         self.max_batch_tokens = max_batch_tokens
@@ -151,6 +154,9 @@ class Batcher:
         self.max_queue_size = max_queue_size
         self.padding = padding
         self.metrics = metrics
+        # this model's series, labelled once: admission and every queue change touch them
+        self._depth_gauge = metrics.queue_depth.labels(name)
+        self._rejected = metrics.rejected.labels(name)
         self.idle_trim_seconds = idle_trim_seconds
         self._trim = trim
         self._ran_since_trim = False
@@ -166,7 +172,7 @@ class Batcher:
         self.workers = max(1, workers)
         self._slots = asyncio.Semaphore(self.workers)
         self._executor = ThreadPoolExecutor(
-            max_workers=self.workers, thread_name_prefix=f"fwd-{name}"
+            max_workers=self.workers, thread_name_prefix=f"fwd-{name}", initializer=thread_setup
         )
 
     @property
@@ -179,22 +185,22 @@ class Batcher:
         (tokenisation) is done: a full queue, or one that would take longer than the
         request's ``budget_s`` at the measured throughput, refuses it at once (429)."""
         if self.depth + count > self.max_queue_size:
-            self.metrics.rejected.labels(self.name).inc()
+            self._rejected.inc()
             raise Overloaded(
                 f"model {self.name!r} has {self.depth} inputs queued (limit "
                 f"{self.max_queue_size}); retry later",
             )
         why = None if budget_s is None else refusal(self.depth, count, budget_s, self.throughput)
         if why is not None:
-            self.metrics.rejected.labels(self.name).inc()
+            self._rejected.inc()
             raise Overloaded(f"model {self.name!r}: {why}; retry later")
         self._reserved += count
-        self.metrics.queue_depth.labels(self.name).set(self.depth)
+        self._depth_gauge.set(self.depth)
 
     def release(self, count: int) -> None:
         """Give back a reservation whose inputs will not be submitted."""
         self._reserved = max(0, self._reserved - count)
-        self.metrics.queue_depth.labels(self.name).set(self.depth)
+        self._depth_gauge.set(self.depth)
 
     def forget_done(self) -> None:
         """Drop queued items whose request is gone (cancelled, timed out), so the depth
@@ -202,7 +208,7 @@ class Batcher:
         live = [it for it in self._pending if not it.future.done()]
         if len(live) != len(self._pending):
             self._pending = live
-            self.metrics.queue_depth.labels(self.name).set(self.depth)
+            self._depth_gauge.set(self.depth)
 
     def start(self) -> None:
         if self._task is None:
@@ -233,7 +239,7 @@ class Batcher:
         (``time.perf_counter``) is when its request gives up."""
         self._reserved = max(0, self._reserved - reserved)
         if self.depth + len(work) > self.max_queue_size:
-            self.metrics.rejected.labels(self.name).inc()
+            self._rejected.inc()
             raise Overloaded(
                 f"model {self.name!r} has {self.depth} inputs queued (limit "
                 f"{self.max_queue_size}); retry later",
@@ -241,7 +247,7 @@ class Batcher:
         loop = asyncio.get_running_loop()
         items = [WorkItem(it, loop.create_future(), deadline=deadline) for it in work]
         self._pending.extend(items)
-        self.metrics.queue_depth.labels(self.name).set(self.depth)
+        self._depth_gauge.set(self.depth)
         self._wake.set()
         return [it.future for it in items]
 
@@ -271,7 +277,7 @@ class Batcher:
             task = loop.create_task(self._forward(loop, batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
-            self.metrics.queue_depth.labels(self.name).set(self.depth)
+            self._depth_gauge.set(self.depth)
 
     def _without_doomed(self, batch: list[WorkItem]) -> list[WorkItem]:
         """Fail, before their forward, the items whose request would give up before this
@@ -347,4 +353,4 @@ class Batcher:
             Batcher.forwards_running -= 1
             self._slots.release()
             self._in_flight -= len(live)
-            self.metrics.queue_depth.labels(self.name).set(self.depth)
+            self._depth_gauge.set(self.depth)

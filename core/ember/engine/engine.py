@@ -11,7 +11,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,7 @@ import numpy as np
 from ember.backends import load_backend
 from ember.backends.base import Backend
 from ember.capabilities import Modality, ModelKind, Output
+from ember.cpu import lower_thread_priority
 from ember.engine.batcher import Batcher, padding_budget_for
 from ember.engine.prepare import Prepare, Preparer
 from ember.engine.result import Result, Timings
@@ -85,7 +88,7 @@ class Engine:
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
         model = await loop.run_in_executor(None, resolve_model, self.spec)
-        backend = await loop.run_in_executor(None, self._backend_loader, model)
+        backend = await self._load_backend(model)
         self.model, self.backend = model, backend
         self.processor = await loop.run_in_executor(
             None, build_processor, model, backend.max_length
@@ -109,6 +112,7 @@ class Engine:
             max_queue_size=self.spec.max_queue_size,
             metrics=self.metrics,
             workers=backend.parallel_forwards,
+            thread_setup=partial(lower_thread_priority, self.spec.forward_nice),
             padding=backend.padding or padding_budget_for(backend.info.device),
         )
         self.batcher.start()
@@ -176,6 +180,22 @@ class Engine:
         if self.kind.classifies:
             await self.classify(["warm-up"])
         self.warmup_seconds = time.perf_counter() - started
+
+    async def _load_backend(self, model: ResolvedModel) -> Backend:
+        """Loads on a thread of its own at the forward priority: the pools a runtime starts
+        while loading (ORT's, CTranslate2's) inherit it, as the batcher's threads do."""
+        pool = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix=f"load-{self.name}",
+            initializer=lower_thread_priority,
+            initargs=(self.spec.forward_nice,),
+        )
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                pool, self._backend_loader, model
+            )
+        finally:
+            pool.shutdown(wait=False)  # never block the loop on a load being abandoned
 
     async def stop(self) -> None:
         self.ready = False

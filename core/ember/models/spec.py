@@ -21,6 +21,7 @@ MAX_BATCH_TOKENS = 8192
 MAX_BATCH_SIZE = 32
 MAX_QUEUE_SIZE = 4096
 REQUEST_TIMEOUT = 60.0
+FORWARD_NICE = 10
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class ModelSpec:
     max_queue_size: int = MAX_QUEUE_SIZE
     request_timeout: float = REQUEST_TIMEOUT
     forward_workers: int = 0  # 0: auto (see ember.cpu.cpu_forward_plan)
+    forward_nice: int = FORWARD_NICE  # forward threads' nice increment (ember.cpu)
     torch_compile: bool = False  # torch backend: torch.compile while loading
     trust_remote_code: bool = False
     cache_dir: Path | None = None  # where exported artifacts (onnx, ct2) are kept
