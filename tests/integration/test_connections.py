@@ -10,6 +10,7 @@ import socket
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from ember.api.connections import ConnectionLimits, body_time_left, head_refusal
@@ -208,6 +209,19 @@ def test_short_body_gets_408(short: ServerProcess) -> None:
     assert _status(response) == 408
     assert b"request body stalled" in response
     assert BODY_TIMEOUT - 0.2 <= elapsed <= BODY_TIMEOUT + MARGIN, elapsed
+    # The app saw its body read end; it counts the connection layer's 408, not a 499.
+    counted: list[str] = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any('status="408"' in c for c in counted):
+        metrics = httpx.get(short.url + "/metrics", timeout=5).text
+        counted = [
+            line
+            for line in metrics.splitlines()
+            if line.startswith('ember_requests_total{route="/v1/embeddings"')
+        ]
+        time.sleep(0.1)
+    assert any('status="408"' in line for line in counted), counted
+    assert not any('status="499"' in line for line in counted), counted
 
 
 def test_slow_body_that_keeps_coming_is_served(short: ServerProcess) -> None:

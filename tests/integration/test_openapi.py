@@ -57,8 +57,9 @@ def test_every_route_lists_its_statuses_with_the_error_shape() -> None:
     for route in ROUTES:
         for path in route.paths:
             responses = spec["paths"][path]["post"]["responses"]
-            assert set(responses) == {"200", *map(str, route.errors)}, path
-            for status in route.errors:
+            statuses = {*route.errors, *r.CONNECTION_ERRORS}
+            assert set(responses) == {"200", *map(str, statuses)}, path
+            for status in statuses:
                 content = responses[str(status)]["content"]
                 assert content == {"application/json": {"schema": {"$ref": ERROR_REF}}}, path
             assert "x-total-time" in responses["200"]["headers"]
@@ -67,13 +68,14 @@ def test_every_route_lists_its_statuses_with_the_error_shape() -> None:
                 assert "Retry-After" in responses["429"]["headers"]
     for path, (_, errors) in GETS.items():
         responses = spec["paths"][path]["get"]["responses"]
-        assert set(responses) == {"200", *map(str, errors)}, path
-        for status in errors:
+        statuses = {*errors, *r.CONNECTION_ERRORS}
+        assert set(responses) == {"200", *map(str, statuses)}, path
+        for status in statuses:
             assert responses[str(status)]["content"]["application/json"]["schema"] == {
                 "$ref": ERROR_REF
             }
     metrics = spec["paths"]["/metrics"]["get"]["responses"]
-    assert set(metrics) == {"200"}
+    assert set(metrics) == {"200", *map(str, r.CONNECTION_ERRORS)}
     assert list(metrics["200"]["content"]) == ["text/plain"]
     # FastAPI's own 422 shape ({"detail": [...]}) is never answered, so never documented.
     assert "HTTPValidationError" not in spec["components"]["schemas"]
@@ -83,6 +85,7 @@ def test_model_route_statuses_come_from_the_route_table() -> None:
     assert ROUTES_BY_PATH["/tokenize"].errors == r.TOKENIZER_ERRORS
     assert 429 in ROUTES_BY_PATH["/v1/embeddings"].errors
     assert all(set(route.errors) <= set(r.ERROR_DESCRIPTIONS) for route in ROUTES)
+    assert set(r.CONNECTION_ERRORS) <= set(r.ERROR_DESCRIPTIONS)
 
 
 @pytest.mark.asyncio(loop_scope="session")

@@ -198,6 +198,7 @@ def create_app(
         version=ember.__version__,
         summary="Embeddings, reranking and classification: OpenAI-, Cohere- and TEI-compatible.",
         lifespan=lifespan,
+        responses=r.error_responses(r.CONNECTION_ERRORS),  # every route: a route's own win
     )
     app.state.settings = settings
     app.state.engines = engines

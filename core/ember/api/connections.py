@@ -43,6 +43,9 @@ MAX_HEADER_BYTES = 16 * 1024
 MAX_HEADERS = 100
 # uvicorn's default, named here: an idle keep-alive connection closes after this.
 KEEP_ALIVE_TIMEOUT = 5.0
+# Set in a request's scope when this layer answered it (408) while the app was reading its
+# body: the app's read then ends in a disconnect that is not a client leaving (499).
+ANSWERED = "ember.connection_answered"
 
 _TYPES = {408: "timeout_error", 431: "invalid_request_error", 503: "service_unavailable"}
 
@@ -251,6 +254,7 @@ class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
         _warn(status, message)
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
+            cycle.scope[ANSWERED] = status  # type: ignore[index]
             started = cycle.response_started
             # The application's receive() now returns http.disconnect and its sends are
             # dropped: the connection is no longer its to answer.

@@ -38,8 +38,13 @@ def error_response(status: int, body: dict, headers: dict[str, str] | None = Non
 _STATUS_HEADERS = {429: {"Retry-After": "1"}, 401: {"WWW-Authenticate": "Bearer"}}
 
 
-def client_gone_response() -> Response:
-    """499 for a client that left before its answer (its queued inputs are dropped)."""
+def client_gone_response(answered: int | None = None) -> Response:
+    """499 for a client that left before its answer (its queued inputs are dropped). Where
+    the connection layer ``answered`` the request itself (a stalled body's 408, logged
+    there), that status, unlogged: the send is dropped, and the metrics count the 408."""
+    if answered is not None:
+        body = error_body("answered by the connection layer", "timeout_error", answered)
+        return error_response(answered, body)
     _disconnects.warning("client disconnected before its answer (499)")
     return error_response(499, error_body("client disconnected", "client_closed", 499))
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import State
 
+from ember.api.connections import ANSWERED
 from ember.api.errors import client_gone_response, exception_response
 from ember.api.middleware import (
     ASGIApp,
@@ -73,7 +74,7 @@ class ModelRouteFastPath:
             return
         messages, body = await read_body(receive)
         if messages[-1]["type"] != "http.request":  # the client left before its body ended
-            response = client_gone_response()
+            response = client_gone_response(scope.get(ANSWERED))
             await response(scope, receive, send)  # dropped by the server; counted as 499
             return
         try:
