@@ -286,3 +286,33 @@ async def test_models_load_and_run_at_the_forward_priority(minilm_path: Path) ->
     expected = min(19, loop_nice + 7)
     assert seen == {"load": expected, "forward": expected}
     assert nice() == loop_nice
+
+
+async def test_serving_freezes_what_loading_made(minilm_path: Path) -> None:
+    """Once the models are up, the server moves the objects loading made out of the cyclic
+    collector's reach: a full collection over them stalled the event loop 42 ms mid-flood."""
+    import gc
+
+    from ember.api.app import create_app
+    from ember.config import settings_from_env
+
+    app = create_app(settings_from_env(model_id=str(minilm_path), device="cpu"))
+    inbox: asyncio.Queue = asyncio.Queue()
+    outbox: asyncio.Queue = asyncio.Queue()
+    await inbox.put({"type": "lifespan.startup"})
+    scope = {"type": "lifespan", "asgi": {"version": "3.0"}}
+    life = asyncio.create_task(app(scope, inbox.get, outbox.put))
+    try:
+        assert (await asyncio.wait_for(outbox.get(), 60))["type"] == "lifespan.startup.complete"
+        deadline = time.monotonic() + 120
+        while not app.state.engines.ready and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert app.state.engines.ready
+        deadline = time.monotonic() + 5  # the freeze follows the load at once
+        while gc.get_freeze_count() == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert gc.get_freeze_count() > 10_000  # modules, model objects, tokenizers
+    finally:
+        gc.unfreeze()  # the test session's heap is not a server's
+        await inbox.put({"type": "lifespan.shutdown"})
+        await asyncio.wait_for(life, 60)
