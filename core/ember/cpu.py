@@ -3,6 +3,7 @@ them (read by every CPU backend and the engine's media pool)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -59,5 +60,8 @@ def lower_thread_priority(increment: int) -> None:
     if increment <= 0 or sys.platform != "linux":
         return
     tid = threading.get_native_id()
-    current = os.getpriority(os.PRIO_PROCESS, tid)
-    os.setpriority(os.PRIO_PROCESS, tid, min(19, current + increment))
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, current + increment))
+    except OSError as exc:  # a sandbox without the call (gVisor may refuse it): a hint only
+        logging.getLogger(__name__).warning("--forward-nice not applied: %s", exc)

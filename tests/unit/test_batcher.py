@@ -236,3 +236,25 @@ async def test_inputs_that_would_miss_their_deadline_fail_before_their_forward()
         assert sum(ran) == 6  # the doomed four never reached a forward
     finally:
         await batcher.stop()
+
+
+def test_a_refused_priority_change_is_a_warning_not_a_failure(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """--forward-nice is a hint: where the sandbox refuses setpriority (gVisor may), the
+    forward threads must still start, or every forward would fail."""
+    import os
+    import sys
+
+    from ember.cpu import lower_thread_priority
+
+    if sys.platform != "linux":
+        pytest.skip("thread nice values are Linux's")
+
+    def refuse(*args: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "setpriority", refuse)
+    with caplog.at_level("WARNING"):
+        lower_thread_priority(10)
+    assert "--forward-nice not applied" in caplog.text
