@@ -12,6 +12,7 @@ from typing import Any
 from ember import __version__
 from ember.backends.registry import EXPORTERS
 from ember.config import PER_MODEL_FIELDS, ServerSettings, env_var
+from ember.config_values import flag
 from ember.errors import ConfigError, EmberError
 from ember.infinity_options import infinity_cli_options
 from ember.jobs.command import add_embed_parser, run_embed
@@ -38,10 +39,6 @@ EXPORT_ALIASES = {
     "neuron_sequence_lengths": ("--sequence-lengths",),
     "neuron_cores": ("--num-cores",),
 }
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 def _default_text(name: str) -> str:
@@ -79,7 +76,7 @@ def add_settings_arguments(
             kwargs.update(type=float, metavar="SECONDS")
         else:
             kwargs.update(metavar="VALUE")
-        flags = [_flag(name), *(aliases or {}).get(name, ())]
+        flags = [flag(name), *(aliases or {}).get(name, ())]
         parser.add_argument(*flags, **kwargs)
 
 
@@ -103,14 +100,14 @@ def add_infinity_arguments(parser: argparse.ArgumentParser) -> None:
         if option.setting is None:
             quiet = ""
             if option.honoured is not None and option.switch:
-                done = _flag(option.name) if option.honoured == "true" else "--no-" + option.name
+                done = flag(option.name) if option.honoured == "true" else "--no-" + option.name
                 quiet = f" ({done.replace('_', '-')} is what Ember does)"
             elif option.honoured is not None:
                 quiet = f" ({option.honoured or 'empty'} is what Ember does)"
             text = f"Accepted, warns{quiet}: {option.note}."
         else:
             text = f"As {option.note}." if option.note.startswith("--") else f"{option.note}."
-        group.add_argument(_flag(option.name), help=text.replace("%", "%%"), **kwargs)
+        group.add_argument(flag(option.name), help=text.replace("%", "%%"), **kwargs)
 
 
 def flag_table() -> str:
@@ -120,7 +117,7 @@ def flag_table() -> str:
         per_model = " (per model)" if name in PER_MODEL_FIELDS else ""
         default = _default_text(name)
         rows.append(
-            f"| `{_flag(name)}` | `{env_var(name)}` | {f'`{default}`' if default else ''} | "
+            f"| `{flag(name)}` | `{env_var(name)}` | {f'`{default}`' if default else ''} | "
             f"{(field.description or '').replace('|', chr(92) + '|')}{per_model} |"
         )
     return "\n".join(rows)

@@ -17,6 +17,14 @@ from pydantic import Field, PrivateAttr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ember.backends.registry import BACKEND_NAMES
+from ember.config_values import (
+    at_least_one,
+    buckets,
+    choice,
+    flag,
+    nice_level,
+    split_values,
+)
 from ember.errors import ConfigError
 from ember.models.spec import (
     FORWARD_NICE,
@@ -230,7 +238,7 @@ class ServerSettings(BaseSettings):
 
     def model_specs(self) -> list[ModelSpec]:
         """Split per-model values, broadcast single ones, and validate them."""
-        raw = {name: _split(getattr(self, name)) for name in PER_MODEL_FIELDS}
+        raw = {name: split_values(getattr(self, name)) for name in PER_MODEL_FIELDS}
         count = max(len(raw["model_id"]), 1)
         for name, values in raw.items():
             if len(values) not in (0, 1, count):
@@ -254,17 +262,17 @@ class ServerSettings(BaseSettings):
         return specs
 
     def _spec(self, pick: Any) -> ModelSpec:
-        task = _choice("task", pick("task") or "auto", ("auto", *TASKS))
-        pooling = _choice("pooling", pick("pooling") or "auto", ("auto", *POOLINGS))
+        task = choice("task", pick("task") or "auto", ("auto", *TASKS))
+        pooling = choice("pooling", pick("pooling") or "auto", ("auto", *POOLINGS))
         return ModelSpec(
             model_id=pick("model_id") or "",
             served_model_name=pick("served_model_name"),
             task=None if task == "auto" else task,  # type: ignore[arg-type]
-            backend=_choice("backend", pick("backend") or "auto", BACKENDS),
-            device=_choice("device", pick("device") or "auto", DEVICES),
-            dtype=_choice("dtype", pick("dtype") or "auto", DTYPES),
+            backend=choice("backend", pick("backend") or "auto", BACKENDS),
+            device=choice("device", pick("device") or "auto", DEVICES),
+            dtype=choice("dtype", pick("dtype") or "auto", DTYPES),
             pooling=None if pooling == "auto" else pooling,  # type: ignore[arg-type]
-            embedding_dtype=_choice(
+            embedding_dtype=choice(
                 "embedding_dtype", pick("embedding_dtype") or "float32", EMBEDDING_DTYPES
             ),
             revision=pick("revision"),
@@ -273,23 +281,23 @@ class ServerSettings(BaseSettings):
             max_queue_size=_positive_int("max_queue_size", pick("max_queue_size")),
             request_timeout=self.request_timeout,
             forward_workers=self.forward_workers,
-            forward_nice=_nice("forward_nice", self.forward_nice),
+            forward_nice=nice_level("forward_nice", self.forward_nice),
             torch_compile=self.torch_compile,
             trust_remote_code=self.trust_remote_code,
             cache_dir=Path(self.cache_dir) if self.cache_dir else None,
-            neuron_batch_size=_at_least_one("neuron_batch_size", self.neuron_batch_size),
-            neuron_sequence_lengths=_buckets(
+            neuron_batch_size=at_least_one("neuron_batch_size", self.neuron_batch_size),
+            neuron_sequence_lengths=buckets(
                 "neuron_sequence_lengths", self.neuron_sequence_lengths
             ),
             neuron_auto_cast=(
-                _choice("neuron_auto_cast", self.neuron_auto_cast, NEURON_AUTO_CAST)
+                choice("neuron_auto_cast", self.neuron_auto_cast, NEURON_AUTO_CAST)
                 if self.neuron_auto_cast
                 else None
             ),
             neuron_cores=(
                 None
                 if self.neuron_cores is None
-                else _at_least_one("neuron_cores", self.neuron_cores)
+                else at_least_one("neuron_cores", self.neuron_cores)
             ),
             media=self.media_limits(),
         )
@@ -299,16 +307,10 @@ class ServerSettings(BaseSettings):
 
         for name in ("media_fetch_timeout", "max_media_bytes", "max_image_pixels"):
             if not getattr(self, name) > 0:
-                raise ConfigError(f"{_flag(name)} must be positive, got {getattr(self, name)}")
+                raise ConfigError(f"{flag(name)} must be positive, got {getattr(self, name)}")
         if not self.max_audio_seconds > 0:
             raise ConfigError(f"--max-audio-seconds must be positive, got {self.max_audio_seconds}")
         return MediaLimits.from_settings(self)
-
-
-def _split(value: str | None) -> list[str]:
-    if value is None:
-        return []
-    return [part.strip() for part in str(value).split(";") if part.strip()]
 
 
 def setting_default(name: str) -> Any:
@@ -317,52 +319,13 @@ def setting_default(name: str) -> Any:
     return ServerSettings.model_fields[name].default
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
-    value = value.lower()
-    if value not in allowed:
-        raise ConfigError(f"{_flag(name)} must be one of {'|'.join(allowed)}, got {value!r}")
-    return value
-
-
-def _at_least_one(name: str, number: int) -> int:
-    if number < 1:
-        raise ConfigError(f"{_flag(name)} must be >= 1, got {number}")
-    return number
-
-
-def _nice(name: str, number: int) -> int:
-    if not 0 <= number <= 19:
-        raise ConfigError(f"{_flag(name)} must be 0-19, got {number}")
-    return number
-
-
 def _positive_int(name: str, value: str | None) -> int:
     value = value or setting_default(name)
     try:
         number = int(value)
     except ValueError:
-        raise ConfigError(f"{_flag(name)} must be an integer, got {value!r}") from None
-    return _at_least_one(name, number)
-
-
-def _buckets(name: str, value: str | None) -> tuple[int, ...] | None:
-    """Comma-separated sequence lengths, sorted and checked; None when not given."""
-    if not value or not value.strip():
-        return None
-    from ember.backends.neuron_shapes import normalize_buckets  # the one rule for buckets
-
-    try:
-        numbers = [int(x) for x in value.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(f"{_flag(name)} takes comma-separated integers, got {value!r}") from None
-    try:
-        return normalize_buckets(numbers)
-    except ValueError as err:
-        raise ConfigError(f"{_flag(name)}: {err}") from None
+        raise ConfigError(f"{flag(name)} must be an integer, got {value!r}") from None
+    return at_least_one(name, number)
 
 
 def settings_from_env(
@@ -403,7 +366,7 @@ def _settings_error(exc: ValidationError, from_infinity: Mapping[str, Any]) -> C
 
         source = ", ".join(infinity_env(o.name) for o in INFINITY_OPTIONS if o.setting == name)
     return ConfigError(
-        f"{_flag(name)} ({source}): {message[:1].lower()}{message[1:]}, got {error.get('input')!r}"
+        f"{flag(name)} ({source}): {message[:1].lower()}{message[1:]}, got {error.get('input')!r}"
     )
 
 

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ember.config import PER_MODEL_FIELDS, ServerSettings, _flag, _split, env_var
+from ember.config import PER_MODEL_FIELDS, ServerSettings, env_var
+from ember.config_values import flag, split_values
 
 INFINITY_TRUE = frozenset({"true", "t", "1", "yes", "y"})  # Infinity's own reading
 
@@ -231,7 +232,7 @@ def infinity_settings(
         raw = flags[option.name] if given else env.get(infinity_env(option.name))
         if raw is None:
             continue
-        source = _flag(option.name) if given else infinity_env(option.name)
+        source = flag(option.name) if given else infinity_env(option.name)
         setting = option.setting
         if setting is None:
             shown = option.translate(raw) if option.switch else ";".join(_parts(raw))
@@ -246,8 +247,10 @@ def infinity_settings(
         settings[setting] = option.translate(raw)
         sources[setting] = source
     if _true(settings.get("torch_compile")):
-        backends = _split(";".join(_parts(overrides.get("backend") or settings.get("backend"))))
-        backends = backends or _split(env.get(env_var("backend")))
+        backends = split_values(
+            ";".join(_parts(overrides.get("backend") or settings.get("backend")))
+        )
+        backends = backends or split_values(env.get(env_var("backend")))
         if backends and not {b.lower() for b in backends} & {"auto", "torch"}:
             del settings["torch_compile"]
             warnings.append(

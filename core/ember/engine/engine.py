@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -23,6 +21,7 @@ from ember.backends.base import Backend
 from ember.capabilities import Modality, ModelKind, Output
 from ember.cpu import lower_thread_priority
 from ember.engine.batcher import Batcher, padding_budget_for
+from ember.engine.forward import Piece, load_at_priority, run_batch
 from ember.engine.prepare import Prepare, Preparer
 from ember.engine.result import Result, Timings
 from ember.errors import BadRequest, ConfigError, NotReady, RequestTimeout
@@ -34,29 +33,11 @@ from ember.metrics import Metrics
 from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec, ResolvedModel
 from ember.processors import TextProcessor, build_processor
-from ember.processors.media import Features
-from ember.processors.text import Direction, Tokens
+from ember.processors.text import Direction
 
 log = logging.getLogger(__name__)
 
 CPU_WARM_UP_LENGTH = 64
-
-
-@dataclass(frozen=True, slots=True)
-class Piece:
-    """One input on its way through the batcher: its features (a text's tokens, an image's
-    pixels...) and the head it wants."""
-
-    features: Tokens | Features
-    output: Output
-
-    @property
-    def cost(self) -> int:
-        return self.features.cost
-
-    @property
-    def key(self) -> Hashable:
-        return self.features.key
 
 
 class Engine:
@@ -88,7 +69,9 @@ class Engine:
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
         model = await loop.run_in_executor(None, resolve_model, self.spec)
-        backend = await self._load_backend(model)
+        backend = await load_at_priority(
+            self._backend_loader, model, self.spec.forward_nice, f"load-{self.name}"
+        )
         self.model, self.backend = model, backend
         self.processor = await loop.run_in_executor(
             None, build_processor, model, backend.max_length
@@ -105,7 +88,7 @@ class Engine:
         static_batch = backend.max_batch_size
         max_batch_size = min(self.spec.max_batch_size, static_batch or self.spec.max_batch_size)
         self.batcher = Batcher(
-            self._run_batch,
+            partial(run_batch, self.processor, backend, self.heads),
             name=model.served_name,
             max_batch_tokens=self.spec.max_batch_tokens,
             max_batch_size=max_batch_size,
@@ -131,23 +114,6 @@ class Engine:
             self.load_seconds,
             self.warmup_seconds,
         )
-
-    def _run_batch(self, pieces: Sequence[Piece]) -> list[Any]:
-        """One batch on a forward thread: collate, forward, and each row's head."""
-        assert self.processor is not None and self.backend is not None
-        batch = self.processor.collate([p.features for p in pieces])  # type: ignore[arg-type]
-        outputs = self.backend.forward(batch)
-        first = pieces[0].output
-        if all(p.output == first for p in pieces):
-            return self.heads[first].split(outputs, batch, range(len(pieces)))
-        results: list[Any] = [None] * len(pieces)
-        for output in {p.output for p in pieces}:
-            rows = [i for i, p in enumerate(pieces) if p.output == output]
-            for row, value in zip(
-                rows, self.heads[output].split(outputs, batch, rows), strict=True
-            ):
-                results[row] = value
-        return results
 
     async def _warm_up(self) -> None:
         """One batch per forward worker, then one real request per head.
@@ -180,22 +146,6 @@ class Engine:
         if self.kind.classifies:
             await self.classify(["warm-up"])
         self.warmup_seconds = time.perf_counter() - started
-
-    async def _load_backend(self, model: ResolvedModel) -> Backend:
-        """Loads on a thread of its own at the forward priority: the pools a runtime starts
-        while loading (ORT's, CTranslate2's) inherit it, as the batcher's threads do."""
-        pool = ThreadPoolExecutor(
-            max_workers=1,
-            thread_name_prefix=f"load-{self.name}",
-            initializer=lower_thread_priority,
-            initargs=(self.spec.forward_nice,),
-        )
-        try:
-            return await asyncio.get_running_loop().run_in_executor(
-                pool, self._backend_loader, model
-            )
-        finally:
-            pool.shutdown(wait=False)  # never block the loop on a load being abandoned
 
     async def stop(self) -> None:
         self.ready = False

@@ -1,0 +1,51 @@
+"""Parsing and range checks of setting values, each refusal naming its flag: what
+``ember.config`` applies to every setting it resolves."""
+
+from __future__ import annotations
+
+from ember.errors import ConfigError
+
+
+def split_values(value: str | None) -> list[str]:
+    if value is None:
+        return []
+    return [part.strip() for part in str(value).split(";") if part.strip()]
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    value = value.lower()
+    if value not in allowed:
+        raise ConfigError(f"{flag(name)} must be one of {'|'.join(allowed)}, got {value!r}")
+    return value
+
+
+def at_least_one(name: str, number: int) -> int:
+    if number < 1:
+        raise ConfigError(f"{flag(name)} must be >= 1, got {number}")
+    return number
+
+
+def nice_level(name: str, number: int) -> int:
+    if not 0 <= number <= 19:
+        raise ConfigError(f"{flag(name)} must be 0-19, got {number}")
+    return number
+
+
+def buckets(name: str, value: str | None) -> tuple[int, ...] | None:
+    """Comma-separated sequence lengths, sorted and checked; None when not given."""
+    if not value or not value.strip():
+        return None
+    from ember.backends.neuron_shapes import normalize_buckets  # the one rule for buckets
+
+    try:
+        numbers = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"{flag(name)} takes comma-separated integers, got {value!r}") from None
+    try:
+        return normalize_buckets(numbers)
+    except ValueError as err:
+        raise ConfigError(f"{flag(name)}: {err}") from None

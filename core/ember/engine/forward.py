@@ -1,0 +1,74 @@
+"""What runs off the event loop for a model, and at what priority: the batcher's unit of
+work (``Piece``), one batch's collate-forward-heads, and loading a backend on a thread at
+the forward priority (``--forward-nice``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ember.backends.base import Backend
+from ember.capabilities import Output
+from ember.cpu import lower_thread_priority
+from ember.heads.base import Head
+from ember.models.spec import ResolvedModel
+from ember.processors import TextProcessor
+from ember.processors.media import Features
+from ember.processors.text import Tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One input on its way through the batcher: its features (a text's tokens, an image's
+    pixels...) and the head it wants."""
+
+    features: Tokens | Features
+    output: Output
+
+    @property
+    def cost(self) -> int:
+        return self.features.cost
+
+    @property
+    def key(self) -> Hashable:
+        return self.features.key
+
+
+def run_batch(
+    processor: TextProcessor,
+    backend: Backend,
+    heads: Mapping[Output, Head],
+    pieces: Sequence[Piece],
+) -> list[Any]:
+    """One batch on a forward thread: collate, forward, and each row's head."""
+    batch = processor.collate([p.features for p in pieces])  # type: ignore[arg-type]
+    outputs = backend.forward(batch)
+    first = pieces[0].output
+    if all(p.output == first for p in pieces):
+        return heads[first].split(outputs, batch, range(len(pieces)))
+    results: list[Any] = [None] * len(pieces)
+    for output in {p.output for p in pieces}:
+        rows = [i for i, p in enumerate(pieces) if p.output == output]
+        for row, value in zip(rows, heads[output].split(outputs, batch, rows), strict=True):
+            results[row] = value
+    return results
+
+
+async def load_at_priority(
+    loader: Callable[[ResolvedModel], Backend], model: ResolvedModel, nice: int, name: str
+) -> Backend:
+    """``loader(model)`` on a thread of its own at the forward priority: the pools a runtime
+    starts while loading (ORT's, CTranslate2's) inherit it, as the batcher's threads do."""
+    pool = ThreadPoolExecutor(
+        max_workers=1,
+        thread_name_prefix=name,
+        initializer=lower_thread_priority,
+        initargs=(nice,),
+    )
+    try:
+        return await asyncio.get_running_loop().run_in_executor(pool, loader, model)
+    finally:
+        pool.shutdown(wait=False)  # never block the loop on a load being abandoned
