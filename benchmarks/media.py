@@ -587,46 +587,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     rows: dict[str, dict[str, Any]] = {}
     loadavg_slices: dict[str, list[str]] = {}
-    if "clip" in wanted:
-        pool = image_uris(IMAGE_POOL)
-        sample = pool[:COSINE_IMAGES]
-        ref = reference_vectors(models["clip"], "image", sample)
+    # per model kind: its input pool (built only when wanted), inputs compared by cosine,
+    # the modality it embeds, and its loads
+    sessions = {
+        "clip": (lambda: image_uris(IMAGE_POOL), COSINE_IMAGES, "image", ("i8", "i1")),
+        "clap": (lambda: clip_uris(CLIP_POOL), COSINE_CLIPS, "audio", ("a3",)),
+    }
+    for kind, (make_pool, cosines, modality, loads) in sessions.items():
+        if kind not in wanted:
+            continue
+        pool = make_pool()
+        sample = pool[:cosines]
+        ref = reference_vectors(models[kind], modality, sample)
         got = run_session(
             servers,
-            models["clip"],
-            [LOADS["i8"], LOADS["i1"]],
+            models[kind],
+            [LOADS[name] for name in loads],
             pool,
             ref,
             sample,
             args.slices,
             args.time_limit,
             args.start_timeout,
-            "clip",
+            kind,
         )
         merge_rows(rows, got)
-        loadavg_slices["clip"] = next(
-            (r["loadavg_per_slice_clip"] for r in got if "loadavg_per_slice_clip" in r), []
-        )
-    if "clap" in wanted:
-        pool = clip_uris(CLIP_POOL)
-        sample = pool[:COSINE_CLIPS]
-        ref = reference_vectors(models["clap"], "audio", sample)
-        got = run_session(
-            servers,
-            models["clap"],
-            [LOADS["a3"]],
-            pool,
-            ref,
-            sample,
-            args.slices,
-            args.time_limit,
-            args.start_timeout,
-            "clap",
-        )
-        merge_rows(rows, got)
-        loadavg_slices["clap"] = next(
-            (r["loadavg_per_slice_clap"] for r in got if "loadavg_per_slice_clap" in r), []
-        )
+        key = f"loadavg_per_slice_{kind}"
+        loadavg_slices[kind] = next((r[key] for r in got if key in r), [])
     gemm_end = harness.matmul_peak_gflops(threads)
     foreign_cpu = foreign.stop()
     peak = max(gemm_start, gemm_end)
