@@ -53,7 +53,7 @@ def lower_thread_priority(increment: int) -> None:
 
     Why: the forward passes keep every core busy under load, and the event loop that
     accepts connections, refuses what cannot be queued (429) and answers probes then
-    waits its turn behind them; a 200-request flood's refusals took 2-5 ms in the app
+    waits its turn behind them; a 200-request flood's refusals took 1-5 ms in the app (p99)
     at equal priority against 0.5-1 ms with forwards at nice 10. The forwards still take
     every cycle the loop leaves. Threads a runtime starts from this thread (ORT's and
     CTranslate2's pools, torch's OpenMP team) inherit the value."""
