@@ -224,7 +224,7 @@ async def test_inputs_that_would_miss_their_deadline_fail_before_their_forward()
     backend.run = counting_run  # type: ignore[method-assign]
     batcher = _started_batcher(backend, 5.0, lambda: None)
     try:
-        batcher.throughput.per_second = 10.0  # one worker: 0.1 s per input
+        batcher.throughput.per_worker = 10.0  # 0.1 s per input in a forward
         soon = time.perf_counter() + 0.3
         doomed = batcher.submit([Tokens([1, 2], [0, 0])] * 4, deadline=soon)
         later = batcher.submit([Tokens([1, 2], [0, 0])] * 4, deadline=soon + 60)

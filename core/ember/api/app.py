@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import Body, FastAPI, Request
-from fastapi.responses import PlainTextResponse, Response
+from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import State
 
@@ -291,6 +291,11 @@ def create_app(
     )
     async def metrics() -> Response:
         return Response(generate_latest(engines.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/", include_in_schema=False)
+    async def root(request: Request) -> Response:
+        """A browser opening the server's address lands on the docs (as on Infinity)."""
+        return RedirectResponse(request.scope.get("root_path", "") + "/docs")
 
     def known_paths() -> set[str]:
         """Route paths for metric labels, re-read when an adapter adds routes later."""

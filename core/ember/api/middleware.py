@@ -20,8 +20,10 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# Paths the API key does not guard: probes, metrics and the docs. An adapter that adds
-# a probe of its own declares it (``create_app(open_paths=...)``).
+# Paths the API key does not guard, for reading only (GET and HEAD): probes, metrics and
+# the docs. Every other method on them needs the key: ``/`` is also TEI's ``POST /`` model
+# route. An adapter that adds a probe of its own declares it (``create_app(open_paths=...)``).
+OPEN_METHODS = frozenset({"GET", "HEAD"})
 OPEN_PATHS = frozenset(
     {
         "/health",
@@ -42,6 +44,11 @@ def route_path(scope: Scope) -> str:
     path: str = scope["path"]
     root: str = scope.get("root_path", "")
     return path[len(root) :] if root and path.startswith(root) else path
+
+
+def is_open(method: str, path: str, open_paths: frozenset[str] = OPEN_PATHS) -> bool:
+    """Whether a request may pass without the API key: reading an open path, nothing else."""
+    return method in OPEN_METHODS and path in open_paths
 
 
 def _too_large(size: int, limit: int) -> str:
@@ -134,7 +141,7 @@ class EdgeMiddleware:
         return series
 
     def _check_key(self, scope: Scope, path: str) -> None:
-        if self.api_key is None or path in self.open_paths:
+        if self.api_key is None or is_open(scope.get("method", ""), path, self.open_paths):
             return
         header = b""
         for name, value in scope.get("headers", ()):

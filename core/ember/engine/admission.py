@@ -13,24 +13,48 @@ from dataclasses import dataclass
 
 @dataclass
 class Throughput:
-    """Inputs answered per second by all forward workers (an EWMA over batches)."""
+    """What the forward workers have been measured to do, as two rates.
+
+    ``per_second``: inputs answered per second of wall time while any forward ran (decayed
+    sums of inputs over the union of the forward intervals). Parallel workers count only
+    as far as they were seen to overlap and still finish sooner: on a host whose other
+    core is busy, two workers do little more than one, and multiplying one batch's rate by
+    the worker count admitted twice what could finish (issue 19: 5 of 40 requests expired
+    after admission under load). ``per_worker``: inputs per second within one forward,
+    for how long one more batch will take.
+    """
 
     per_second: float | None = None
+    per_worker: float | None = None
     weight: float = 0.2  # of the newest batch
+    _inputs: float = 0.0
+    _busy: float = 0.0
+    _covered_until: float = float("-inf")
 
-    def observe(self, inputs: int, seconds: float, workers: int) -> None:
-        """One batch of ``inputs`` took ``seconds`` on one of ``workers`` parallel workers."""
+    def observe(self, inputs: int, started: float, ended: float) -> None:
+        """One batch of ``inputs`` ran on one worker from ``started`` to ``ended``
+        (``time.perf_counter``); batches may overlap and end in any order."""
+        seconds = ended - started
         if inputs <= 0 or seconds <= 0:
             return
-        rate = inputs / seconds * workers
-        old = self.per_second
-        self.per_second = rate if old is None else old + self.weight * (rate - old)
+        busy = max(0.0, ended - max(started, self._covered_until))
+        self._covered_until = max(self._covered_until, ended)
+        # Older time fades as new time is covered; a batch inside time already covered
+        # (a parallel worker's) adds its inputs to that stretch without fading it.
+        keep = 1.0 - self.weight if busy > 0 else 1.0
+        self._inputs = self._inputs * keep + inputs
+        self._busy = self._busy * keep + busy
+        if self._busy > 0:
+            self.per_second = self._inputs / self._busy
+        rate = inputs / seconds
+        old = self.per_worker
+        self.per_worker = rate if old is None else old + self.weight * (rate - old)
 
-    def batch_seconds(self, inputs: int, workers: int) -> float | None:
+    def batch_seconds(self, inputs: int) -> float | None:
         """Seconds one worker takes for a batch of ``inputs``; None before a measurement."""
-        if self.per_second is None:
+        if self.per_worker is None:
             return None
-        return inputs * workers / self.per_second
+        return inputs / self.per_worker
 
     def wait(self, inputs: int) -> float | None:
         """Seconds to answer ``inputs`` at the measured rate; None before any measurement."""

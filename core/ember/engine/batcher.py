@@ -283,7 +283,7 @@ class Batcher:
         """Fail, before their forward, the items whose request would give up before this
         batch ends (at the measured rate): computing them is work no one receives, and
         failing one fails its request at once, which drops its other queued inputs."""
-        seconds = self.throughput.batch_seconds(len(batch), self.workers)
+        seconds = self.throughput.batch_seconds(len(batch))
         if seconds is None:
             return batch
         ends = time.perf_counter() + seconds
@@ -340,8 +340,9 @@ class Batcher:
                 if not it.future.done():
                     it.future.set_exception(error)
         else:
-            forward_s = time.perf_counter() - started
-            self.throughput.observe(len(live), forward_s, self.workers)
+            ended = time.perf_counter()
+            forward_s = ended - started
+            self.throughput.observe(len(live), started, ended)
             self.metrics.batch_size.labels(self.name).observe(len(live))
             self.metrics.batch_tokens.labels(self.name).observe(
                 len(live) * max(it.cost for it in work)
