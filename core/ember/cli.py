@@ -215,6 +215,9 @@ def serve(settings: ServerSettings) -> int:
 
     config.app = create_app(settings, on_load_failure=stop)
     server.run()
+    if failed and isinstance(failed[0], EmberError):  # a start-up refusal: as main says one
+        print(f"ember: error: {failed[0].message}", file=sys.stderr)
+        return 2
     return 1 if failed else 0
 
 

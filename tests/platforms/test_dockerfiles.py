@@ -272,11 +272,15 @@ def test_images_installing_ember_without_deps_pin_all_it_needs(
 
 @pytest.mark.parametrize("section", ["modal", "bentoml", "runpod", "sagemaker"])
 def test_every_platform_image_installs_the_media_extra(section: str) -> None:
-    """Images and audio (issue 11): pillow, soundfile and soxr in every platform's image."""
+    """Images and audio (issue 11): the media extra in every platform's image, its
+    SentencePiece tokenizers (SigLIP's spiece.model) included."""
+    media = _ember_requirements("media") - _ember_requirements()
+    assert {"sentencepiece", "protobuf"} <= media
     pinned = {_name(line.split(";")[0]) for line in constraints_section(section)}
-    assert _ember_requirements("media") - _ember_requirements() <= pinned
+    assert media <= pinned
     neuron = (PLATFORMS / "sagemaker" / "Dockerfile").read_text()
-    assert all(name in neuron for name in ("pillow", "soundfile", "soxr"))
+    install = next(r for k, r in instructions(neuron) if k == "RUN" and "pillow" in r)
+    assert all(name in install.split() for name in media), sorted(media)
 
 
 def test_bake_downloads_what_serving_reads() -> None:

@@ -200,7 +200,10 @@ def create_app(
             raise
         except BaseException as exc:
             app.state.load_error = exc
-            log.exception("loading models failed")
+            if isinstance(exc, EmberError):  # a refusal that says why: no traceback
+                log.error("loading models failed: %s", exc.message)
+            else:
+                log.exception("loading models failed")
             if on_load_failure is not None:
                 on_load_failure(exc)
 

@@ -40,7 +40,7 @@ from ember.api.operations import Reply, check_batch
 from ember.api.schemas import NonEmptyText, StrictBool, StrictInt, TokenIds, _Body
 from ember.engine import Engine, EngineArray, Timings
 from ember.errors import BadRequest, NotReady
-from ember.heads.postprocess import sigmoid
+from ember.heads.postprocess import ACTIVATIONS
 
 Direction = Literal["right", "left", "Right", "Left"]
 
@@ -160,17 +160,18 @@ def _root_engine(engines: EngineArray, body: RootInputsRequest) -> Engine:
 
 async def _inference_api_classify(engine: Engine, body: RootInputsRequest, limit: int) -> Reply:
     """The Inference API's text classification: ``[[{"label", "score"}]]``, one list per
-    input, scored by ``function_to_apply`` (default: softmax) and cut to ``top_k``."""
+    input, scored by ``function_to_apply`` (default: the model's own, as /predict scores)
+    and cut to ``top_k``."""
     texts = [body.inputs] if isinstance(body.inputs, str) else list(body.inputs)
     check_batch(len(texts), limit, "inputs")
     assert body.parameters is not None
     apply = body.parameters.function_to_apply
-    raw = body.raw_scores if apply is None else apply != "softmax"
+    raw = body.raw_scores or apply is not None
     labels, result = await engine.classify(texts, raw_scores=raw, truncate=body.truncate)
     answer = []
     for row in labels:
-        if apply == "sigmoid":  # monotonic: the order of the logits holds
-            scores = sigmoid(np.array([item["score"] for item in row]))
+        if apply is not None:  # each is monotonic: the order of the logits holds
+            scores = ACTIVATIONS[apply](np.array([item["score"] for item in row]))
             row = [{**item, "score": float(p)} for item, p in zip(row, scores, strict=True)]
         answer.append(row[: body.parameters.top_k])
     return Reply(answer, result.timings)

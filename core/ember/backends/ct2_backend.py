@@ -77,6 +77,37 @@ HEADS["xlm-roberta"] = HEADS["roberta"]
 HEADS["camembert"] = HEADS["roberta"]
 
 
+# The model types CTranslate2's converter turns into an ``Encoder``; it converts decoders
+# (Qwen3, Mistral, Llama, ...) too, but into a ``Generator``, which ``Encoder`` refuses.
+ENCODER_TYPES = ("bert", "distilbert", "roberta", "xlm-roberta", "camembert")
+
+
+def check_runs(model: ResolvedModel) -> None:
+    """Refuse at start, before any conversion, a model ct2 cannot run as an encoder: a
+    decoder converts, then fails to load with a traceback."""
+    if model.model_type in ENCODER_TYPES:
+        return
+    family = f"{model.architecture} ({model.model_type or '?'})"
+    what = "a decoder" if _is_decoder(model) else "an encoder ct2 does not convert"
+    raise ConfigError(
+        f"model {model.served_name!r} is {what}, {family}: ct2 runs encoders "
+        f"({', '.join(ENCODER_TYPES)}); use --backend torch or onnx"
+    )
+
+
+def _is_decoder(model: ResolvedModel) -> bool:
+    """A causal LM by transformers' own tables (BERT and RoBERTa have causal-LM heads too,
+    so a decoder is one with a causal-LM class and no masked-LM class)."""
+    if model.config.get("is_decoder") or model.architecture.endswith("ForCausalLM"):
+        return True
+    try:
+        from transformers.models.auto import modeling_auto as auto
+    except ImportError:
+        return False
+    causal, masked = auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    return model.model_type in causal and model.model_type not in masked
+
+
 def _import_ct2() -> Any:
     try:
         import ctranslate2
@@ -240,6 +271,7 @@ def export(model: ResolvedModel, out_dir: Path, progress: Progress | None = None
     resolution reads them); the CTranslate2 model goes to ``ct2/`` because it has a
     ``config.json`` of its own.
     """
+    check_runs(model)
     ct2 = _import_ct2()
     plan = plan_for(model, ct2)
     out_dir = Path(out_dir)
@@ -370,6 +402,7 @@ class Ct2Backend(BackendDefaults):
 
 
 def load(model: ResolvedModel) -> Ct2Backend:
+    check_runs(model)
     ct2 = _import_ct2()
     plan = plan_for(model, ct2)
     return Ct2Backend(model, prepare(model, plan), plan)

@@ -299,7 +299,10 @@ class Engine:
             "logits",
             len(texts),
         )
-        return postprocess.label_scores(np.stack(rows), model.id2label, raw=raw_scores), result
+        scores = postprocess.label_scores(
+            np.stack(rows), model.id2label, raw=raw_scores, activation=model.activation
+        )
+        return scores, result
 
     async def tokenize(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list:
         processor = self.processor

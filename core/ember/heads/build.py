@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
@@ -16,30 +15,8 @@ from ember.heads.media import TokenVectorsHead, TowerHead
 from ember.heads.multivector import MultiVectorHead
 from ember.heads.sparse import LexicalWeightsHead, MlmHead, SpladeHead
 from ember.models.spec import ResolvedModel
+from ember.models.weights import read_checkpoint, read_tensors
 from ember.processors.text import declared_token_ids, load_tokenizer
-
-
-def read_tensors(path: Path, names: list[str] | None = None) -> dict[str, np.ndarray]:
-    """float32 tensors from a safetensors file, or from a torch pickle (torch imported
-    only then); ``names`` limits what is read from a large file."""
-    if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="numpy") as f:
-            keys = [k for k in f.keys() if names is None or k in names]
-            return {k: np.asarray(f.get_tensor(k), dtype=np.float32) for k in keys}
-    import torch
-
-    state = torch.load(str(path), map_location="cpu", weights_only=True)
-    return {k: v.float().numpy() for k, v in state.items() if names is None or k in names}
-
-
-def _weights_file(directory: Path) -> Path:
-    for name in ("model.safetensors", "pytorch_model.bin"):
-        if (directory / name).exists():
-            return directory / name
-    raise ConfigError(f"{directory} has no model.safetensors or pytorch_model.bin")
-
 
 # MLM head tensors by architecture family: transform dense, LayerNorm, decoder, bias.
 _MLM_KEYS = {
@@ -71,7 +48,8 @@ def load_mlm_head(model: ResolvedModel) -> MlmHead:
     if family not in _MLM_KEYS:
         raise ConfigError(f"SPLADE on {model.model_type!r}: no MLM head layout known")
     dense, norm, decoder, bias = _MLM_KEYS[family]
-    t = read_tensors(_weights_file(model.path))
+    names = [*(f"{p}.{s}" for p in (dense, norm) for s in ("weight", "bias")), *decoder, *bias]
+    t = read_checkpoint(model.path, names)
 
     def first(names: tuple[str, ...]) -> np.ndarray:
         for name in names:
@@ -112,7 +90,7 @@ def _colbert_heads(model: ResolvedModel) -> dict[Output, Head]:
                 f"{directory}: a Dense with activation {activation} or a residual is not "
                 "supported; Ember serves PyLate's identity projection"
             )
-        t = read_tensors(_weights_file(directory))
+        t = read_checkpoint(directory)
         w, b = t["linear.weight"], t.get("linear.bias")
         if weight is None:
             weight, bias = w, b

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 
 import numpy as np
 
 from ember.errors import BadRequest
+from ember.models.spec import Activation
 
 
 def l2_normalize(x: np.ndarray) -> np.ndarray:
@@ -55,9 +57,24 @@ def rerank_scores(logits: np.ndarray, *, raw: bool) -> np.ndarray:
     return column.astype(np.float64) if raw else sigmoid(column)
 
 
-def label_scores(logits: np.ndarray, id2label: dict[int, str], *, raw: bool = False) -> list:
-    """Per text: all labels with scores (softmax unless raw), best first."""
-    probs = logits.astype(np.float64) if raw else softmax(logits)
+ACTIVATIONS: dict[Activation, Callable[[np.ndarray], np.ndarray]] = {
+    "softmax": softmax,
+    "sigmoid": sigmoid,
+    "none": lambda x: x.astype(np.float64),
+}
+
+
+def label_scores(
+    logits: np.ndarray,
+    id2label: dict[int, str],
+    *,
+    raw: bool = False,
+    activation: Activation = "softmax",
+) -> list:
+    """Per text: all labels with scores, best first (ties in id order). ``activation`` is
+    the model's (softmax, sigmoid per label for a multi-label model, none for a
+    regression); ``raw`` gives the logits."""
+    probs = ACTIVATIONS["none" if raw else activation](logits)
     result = []
     for row in probs:
         order = np.argsort(-row, kind="stable")

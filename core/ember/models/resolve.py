@@ -17,7 +17,7 @@ from typing import Any
 from ember.capabilities import KINDS, kind_for_task
 from ember.config import DEFAULT_MODEL_NAME
 from ember.errors import ConfigError
-from ember.models.spec import ModelSpec, Pooling, ResolvedModel, Task
+from ember.models.spec import Activation, ModelSpec, Pooling, ResolvedModel, Task
 
 log = logging.getLogger(__name__)
 
@@ -211,16 +211,37 @@ def _media_facts(kind: str, config: dict) -> tuple[int, int]:
 
 
 def detect_task(config: dict) -> tuple[Task, int, dict[int, str]]:
-    """Embedding unless the architecture is a sequence classifier (1 label: reranker)."""
+    """Embedding unless the architecture is a sequence classifier (1 label: reranker).
+    Labels come in id order, whatever order config.json lists them in."""
     archs = config.get("architectures") or []
     arch = archs[0] if archs else ""
-    id2label = {int(k): str(v) for k, v in (config.get("id2label") or {}).items()}
+    labels = ((int(k), str(v)) for k, v in (config.get("id2label") or {}).items())
+    id2label = dict(sorted(labels))
     if arch.endswith("ForSequenceClassification"):
         num_labels = int(config.get("num_labels") or len(id2label) or 2)
         if num_labels == 1:
             return "rerank", 1, id2label
         return "classify", num_labels, id2label or {i: f"LABEL_{i}" for i in range(num_labels)}
     return "embed", 0, {}
+
+
+_PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
+
+
+def classifier_activation(config: dict, num_labels: int) -> Activation:
+    """How label scores come from logits, as transformers' text-classification pipeline
+    decides: a multi-label model scores each label on its own (sigmoid), a regression
+    gives its values as they are, any other one several labels share (softmax)."""
+    problem = config.get("problem_type")
+    if problem is not None and problem not in _PROBLEM_TYPES:
+        raise ConfigError(
+            f"config.json problem_type {problem!r} is not one of {', '.join(_PROBLEM_TYPES)}"
+        )
+    if problem == "regression":
+        return "none"
+    if problem == "multi_label_classification" or num_labels == 1:
+        return "sigmoid"
+    return "softmax"
 
 
 def _max_length(root: Path, hf_dir: Path, config: dict) -> int:
@@ -283,6 +304,7 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
         normalize=normalize,
         num_labels=num_labels,
         id2label=id2label,
+        activation=classifier_activation(config, num_labels) if task == "classify" else "softmax",
         prompts={str(k): str(v) for k, v in (st_cfg.get("prompts") or {}).items()},
         default_prompt_name=st_cfg.get("default_prompt_name"),
         config=config,

@@ -11,6 +11,9 @@ if TYPE_CHECKING:
     from ember.media.limits import MediaLimits
 
 Task = Literal["embed", "rerank", "classify"]
+# What turns a classifier's logits into label scores (transformers' text-classification
+# pipeline: softmax over labels, sigmoid per label, or the raw values of a regression).
+Activation = Literal["softmax", "sigmoid", "none"]
 Pooling = Literal["cls", "mean", "last", "max"]
 TASKS: tuple[Task, ...] = ("embed", "rerank", "classify")
 POOLINGS: tuple[Pooling, ...] = ("cls", "mean", "last", "max")
@@ -75,6 +78,7 @@ class ResolvedModel:
     normalize: bool
     num_labels: int = 0
     id2label: dict[int, str] = field(default_factory=dict)
+    activation: Activation = "softmax"  # a classifier's, from config.json's problem_type
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     config: dict = field(default_factory=dict)
