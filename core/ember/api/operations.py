@@ -20,6 +20,7 @@ from ember.errors import BadRequest, PayloadTooLarge
 from ember.heads.postprocess import to_base64
 from ember.heads.quantize import encode_embeddings
 from ember.heads.sparse import SparseVector
+from ember.models.spec import ResolvedModel
 
 # Which capability a request's modality needs, to pick a model when none is named.
 MODALITY_CAPABILITY: dict[str, Capability] = {
@@ -297,6 +298,12 @@ async def tei_tokenize(engines: EngineArray, body: s.TEITokenizeRequest, limit: 
     return Reply(tokens, Timings())
 
 
+def dense_dimensions(model: ResolvedModel) -> int | None:
+    """The width of a dense embedding as served (after the model's Dense layers)."""
+    assert model.kind is not None
+    return model.hidden_size if model.kind.embedding == "dense" else None
+
+
 def models_list(engines: EngineArray) -> dict[str, Any]:
     data = []
     for engine in engines:
@@ -324,6 +331,7 @@ def models_list(engines: EngineArray) -> dict[str, Any]:
                 dtype=engine.backend.info.dtype,
                 backend_details=engine.backend.info.details,
                 max_input_length=engine.processor.max_length if engine.processor else None,
+                dimensions=dense_dimensions(engine.model),
             )
         data.append(entry)
     return {"object": "list", "data": data}
@@ -342,7 +350,7 @@ def tei_info(engines: EngineArray, version: str, max_client_batch_size: int) -> 
         return info
     m = first.model
     if m.task == "embed":
-        pooling = m.pooling if first.kind.embedding == "dense" else first.kind.name
+        pooling = "+".join(m.poolings) if first.kind.embedding == "dense" else first.kind.name
         model_type: dict[str, Any] = {"embedding": {"pooling": pooling}}
     else:
         kind = "reranker" if m.task == "rerank" else "classifier"
@@ -357,6 +365,7 @@ def tei_info(engines: EngineArray, version: str, max_client_batch_size: int) -> 
         backend=first.backend.info.name,
         device=first.backend.info.device,
         max_input_length=first.processor.max_length,
+        dimensions=dense_dimensions(m),
         max_batch_tokens=first.spec.max_batch_tokens,
         max_batch_requests=first.spec.max_batch_size,
         max_concurrent_requests=first.spec.max_queue_size,

@@ -287,6 +287,9 @@ class ModelCard(BaseModel):
     dtype: str | None = None
     backend_details: dict[str, Any] | None = None
     max_input_length: int | None = None
+    dimensions: int | None = Field(
+        None, description="Width of a dense embedding, after the model's Dense layers."
+    )
 
 
 class ModelsResponse(BaseModel):
@@ -307,6 +310,9 @@ class InfoResponse(BaseModel):
     backend: str | None = None
     device: str | None = None
     max_input_length: int | None = None
+    dimensions: int | None = Field(
+        None, description="Width of the first model's dense embedding, after its Dense layers."
+    )
     max_batch_tokens: int | None = None
     max_batch_requests: int | None = None
     max_concurrent_requests: int | None = None

@@ -142,12 +142,17 @@ def staging(final: Path) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+# Ember's pooling names that sentence-transformers spells otherwise.
+_ST_MODE_NAMES = {"mean_sqrt_len": "mean_sqrt_len_tokens", "last": "lasttoken"}
+
+
 def write_pooling_files(model: ResolvedModel, dst: Path) -> None:
-    """sentence-transformers files that pin the pooling an export was served with.
+    """sentence-transformers files that pin the pipeline an export was served with.
 
     ``model.path`` is the transformer directory, which may not hold the source's
     modules.json; and ``--pooling`` may have overridden it. Writing the resolved values
-    makes the exported directory resolve to exactly what was exported.
+    (pooling modes in the 5.x keys both 5.x and 6.x read, the Dense layers with their
+    weights, Normalize) makes the exported directory resolve to exactly what was exported.
     """
     if model.kind.name != "dense":
         return
@@ -156,17 +161,33 @@ def write_pooling_files(model: ResolvedModel, dst: Path) -> None:
         {"idx": 0, "name": "0", "path": "", "type": st + "Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": st + "Pooling"},
     ]
+    for layer in model.dense_layers:
+        idx = len(modules)
+        modules.append({"idx": idx, "name": str(idx), "path": f"{idx}_Dense", "type": st + "Dense"})
+        shutil.copytree(layer.path, dst / f"{idx}_Dense", dirs_exist_ok=True)
     if model.normalize:
-        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": st + "Normalize"})
-        (dst / "2_Normalize").mkdir(parents=True, exist_ok=True)
-    pooling = {
-        "word_embedding_dimension": model.hidden_size,
-        "pooling_mode_cls_token": model.pooling == "cls",
-        "pooling_mode_mean_tokens": model.pooling == "mean",
-        "pooling_mode_max_tokens": model.pooling == "max",
-        "pooling_mode_lasttoken": model.pooling == "last",
-        "pooling_mode_mean_sqrt_len_tokens": False,
+        idx = len(modules)
+        path = f"{idx}_Normalize"
+        modules.append({"idx": idx, "name": str(idx), "path": path, "type": st + "Normalize"})
+        (dst / path).mkdir(parents=True, exist_ok=True)
+    modes = model.poolings
+    width = model.dense_layers[0].in_features if model.dense_layers else model.hidden_size
+    keys = {
+        "cls": "pooling_mode_cls_token",
+        "max": "pooling_mode_max_tokens",
+        "mean": "pooling_mode_mean_tokens",
+        "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens",
+        "weightedmean": "pooling_mode_weightedmean_tokens",
+        "last": "pooling_mode_lasttoken",
     }
+    if len(modes) > 1 and list(modes) != [m for m in keys if m in modes]:
+        # 5.x keys concatenate in their own order; another order only 6.x can write
+        pooling: dict[str, Any] = {"pooling_mode": [_ST_MODE_NAMES.get(m, m) for m in modes]}
+        pooling["embedding_dimension"] = width // len(modes)
+    else:
+        pooling = {"word_embedding_dimension": width // len(modes)}
+        pooling.update({key: mode in modes for mode, key in keys.items()})
+    pooling["include_prompt"] = model.include_prompt
     (dst / "1_Pooling").mkdir(parents=True, exist_ok=True)
     _write_json(dst / "modules.json", modules)
     _write_json(dst / "1_Pooling" / "config.json", pooling)

@@ -37,7 +37,9 @@ class TokenBatch:
     equals ``attention_mask.sum(1)`` except where a processor masks positions it still
     wants outputs for (ColBERT's query expansion). ``keep`` is, per row, the positions a
     multi-vector output keeps when not all of them (ColBERT's document skiplist).
-    Backends read only the three arrays.
+    ``pool_from`` is, per row, the positions before it a dense head leaves out of pooling
+    (a prompt's, for a Pooling with ``include_prompt: false``). Backends read only the
+    three arrays.
     """
 
     input_ids: np.ndarray
@@ -45,6 +47,7 @@ class TokenBatch:
     token_type_ids: np.ndarray
     lengths: np.ndarray | None = None
     keep: tuple[tuple[int, ...] | None, ...] | None = None
+    pool_from: np.ndarray | None = None
 
     def row_lengths(self) -> np.ndarray:
         if self.lengths is not None:

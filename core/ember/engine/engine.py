@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -33,7 +34,7 @@ from ember.metrics import Metrics
 from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec, ResolvedModel
 from ember.processors import TextProcessor, build_processor
-from ember.processors.text import Direction
+from ember.processors.text import Direction, TextTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,9 @@ class Engine:
         self.heads: dict[Output, Head] = {}
         self.batcher: Batcher | None = None
         self._prepare = Preparer()
+        # Per prompt name, the positions its prompt takes: only for a model whose Pooling
+        # leaves the prompt out (include_prompt false); empty otherwise.
+        self._prompt_positions: dict[str, int] = {}
         self.ready = False
         self.load_seconds = 0.0
         self.warmup_seconds = 0.0
@@ -85,6 +89,13 @@ class Engine:
                 "--backend onnx, or torch without flash-attn"
             )
         self.heads = await loop.run_in_executor(None, build_heads, model)
+        if not model.include_prompt and isinstance(self.processor, TextTokenizer):
+            tokenizer = self.processor
+            self._prompt_positions = {
+                name: tokenizer.prompt_length(prefix)
+                for name, prefix in model.prompts.items()
+                if prefix
+            }
         static_batch = backend.max_batch_size
         max_batch_size = min(self.spec.max_batch_size, static_batch or self.spec.max_batch_size)
         self.batcher = Batcher(
@@ -217,9 +228,17 @@ class Engine:
             if processor.encodes_queries and prompt_name in ("query", "document"):
                 query, prompt_name = prompt_name == "query", None
             texts = self.with_prompt(items, prompt_name)  # type: ignore[arg-type]
-            job = lambda: processor.encode(  # noqa: E731
-                texts, truncate=truncate, direction=truncation_direction, query=query
+            encode = partial(
+                processor.encode,
+                texts,
+                truncate=truncate,
+                direction=truncation_direction,
+                query=query,
             )
+            job = encode
+            skip = self._prompt_positions.get(prompt_name or model.default_prompt_name or "")
+            if skip:  # the model pools without its prompt's tokens
+                job = lambda: [replace(t, pool_from=skip) for t in encode()]  # noqa: E731
         if modality == "text":
             prepare = self._prepare.tokenizing(job, sum(map(len, items)))
         rows, result = await self._run(prepare, output, len(items))

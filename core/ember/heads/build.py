@@ -10,11 +10,11 @@ import numpy as np
 from ember.capabilities import Output
 from ember.errors import ConfigError
 from ember.heads.base import Head
-from ember.heads.dense import DenseHead, LogitsHead
+from ember.heads.dense import DenseHead, LogitsHead, Projection
 from ember.heads.media import TokenVectorsHead, TowerHead
 from ember.heads.multivector import MultiVectorHead
 from ember.heads.sparse import LexicalWeightsHead, MlmHead, SpladeHead
-from ember.models.spec import ResolvedModel
+from ember.models.spec import DenseLayer, ResolvedModel
 from ember.models.weights import read_checkpoint, read_tensors
 from ember.processors.text import declared_token_ids, load_tokenizer
 
@@ -100,6 +100,30 @@ def _colbert_heads(model: ResolvedModel) -> dict[Output, Head]:
     return {"multi": MultiVectorHead(weight, bias)}
 
 
+def _projection(layer: DenseLayer) -> Projection:
+    """A sentence-transformers Dense module's weights, checked against its config."""
+    t = read_checkpoint(layer.path)
+    weight, bias = t.get("linear.weight"), t.get("linear.bias")
+    if weight is None or weight.shape != (layer.out_features, layer.in_features):
+        shape = None if weight is None else weight.shape
+        raise ConfigError(
+            f"{layer.path}: linear.weight is {shape}, the config says "
+            f"({layer.out_features}, {layer.in_features})"
+        )
+    if layer.bias != (bias is not None):
+        raise ConfigError(f"{layer.path}: bias {layer.bias} in the config, not in the weights")
+    residual = t.get("residual.weight") if layer.in_features != layer.out_features else None
+    if layer.residual and layer.in_features != layer.out_features and residual is None:
+        raise ConfigError(f"{layer.path}: use_residual needs residual.weight in the weights")
+    return Projection(weight, bias, layer.activation, layer.residual, residual)
+
+
+def _dense_heads(model: ResolvedModel) -> dict[Output, Head]:
+    """Pooling (its modes, with or without the prompt), then the Dense layers."""
+    projections = tuple(_projection(layer) for layer in model.dense_layers)
+    return {"dense": DenseHead(model.poolings, model.include_prompt, projections)}
+
+
 def _bge_m3_heads(model: ResolvedModel) -> dict[Output, Head]:
     assert model.root is not None
     colbert = read_tensors(model.root / "colbert_linear.pt")
@@ -114,7 +138,7 @@ def _bge_m3_heads(model: ResolvedModel) -> dict[Output, Head]:
 
 
 BUILDERS: dict[str, Callable[[ResolvedModel], dict[Output, Head]]] = {
-    "dense": lambda m: {"dense": DenseHead(m.pooling)},
+    "dense": _dense_heads,
     "cross-encoder": lambda m: {"logits": LogitsHead()},
     "classifier": lambda m: {"logits": LogitsHead()},
     "colbert": _colbert_heads,

@@ -1,8 +1,9 @@
-"""The dense head: token states pooled into one (un-normalised) vector per input."""
+"""The dense head: token states pooled into one (un-normalised) vector per input, through
+the model's sentence-transformers Dense layers."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -10,13 +11,47 @@ import numpy as np
 
 from ember.backends.base import LOGITS, TOKEN_STATES, TokenBatch
 from ember.heads.base import attention, select
-from ember.heads.pooling import pool_numpy
+from ember.heads.pooling import pool_modes
 from ember.models.spec import Pooling
+
+# sentence-transformers Dense activations (torch.nn classes), applied in numpy.
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "Identity": lambda x: x,
+    "Tanh": np.tanh,
+    "ReLU": lambda x: np.maximum(x, 0),
+    "Sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+}
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A sentence-transformers Dense module: ``act(x @ weight.T + bias)``, plus the input
+    (or ``residual @ x`` when the widths differ) with ``use_residual``."""
+
+    weight: np.ndarray  # [out, in]
+    bias: np.ndarray | None
+    activation: str = "Identity"
+    residual: bool = False
+    residual_weight: np.ndarray | None = None
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        out = x @ self.weight.T
+        if self.bias is not None:
+            out += self.bias
+        out = ACTIVATIONS[self.activation](out)
+        if self.residual:
+            out = out + (x if self.residual_weight is None else x @ self.residual_weight.T)
+        return out.astype(np.float32, copy=False)
 
 
 @dataclass(frozen=True)
 class DenseHead:
-    pooling: Pooling
+    """Token states pooled (every mode, concatenated), then the model's Dense layers; a
+    row's ``pool_from`` positions (its prompt) are left out when the model says so."""
+
+    pooling: Pooling | tuple[Pooling, ...]
+    include_prompt: bool = True
+    projections: tuple[Projection, ...] = ()
     output: Literal["dense"] = "dense"
 
     def split(
@@ -24,7 +59,14 @@ class DenseHead:
     ) -> list[np.ndarray]:
         states = select(outputs[TOKEN_STATES], rows)
         mask = select(attention(outputs, batch), rows)
-        return list(pool_numpy(states, mask, self.pooling))
+        modes = (self.pooling,) if isinstance(self.pooling, str) else self.pooling
+        skip = None
+        if not self.include_prompt and batch.pool_from is not None:
+            skip = select(batch.pool_from, rows)
+        pooled = pool_modes(states, mask, modes, skip)
+        for project in self.projections:
+            pooled = project(pooled)
+        return list(pooled)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,14 @@ from typing import Any
 from ember.capabilities import KINDS, kind_for_task
 from ember.config import DEFAULT_MODEL_NAME
 from ember.errors import ConfigError
-from ember.models.spec import Activation, ModelSpec, Pooling, ResolvedModel, Task
+from ember.models.spec import (
+    Activation,
+    DenseLayer,
+    ModelSpec,
+    Pooling,
+    ResolvedModel,
+    Task,
+)
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +36,7 @@ HUB_PATTERNS = [
     "*.safetensors",
     "1_Pooling/*",
     "*/config.json",
+    "*_Dense/pytorch_model.bin",  # Dense weights saved before safetensors (distiluse)
     "onnx/model.onnx",
     "onnx/model.onnx_data",  # external weights of a graph over 2 GiB
 ]
@@ -89,17 +97,29 @@ def _read_json(path: Path) -> Any:
 
 
 @dataclass(frozen=True)
+class StPooling:
+    """A Pooling module's config, in either format: its modes (concatenated in this order),
+    the token width it pools and whether it pools prompt tokens."""
+
+    modes: tuple[Pooling, ...]
+    width: int | None = None  # of one mode; the output is len(modes) times it
+    include_prompt: bool = True
+
+
+@dataclass(frozen=True)
 class StModules:
     """What modules.json says: where the transformer is, and what follows it."""
 
     transformer_dir: Path
-    pooling: Pooling | None = None
+    pooling: StPooling | None = None
     normalize: bool = False
-    width: int | None = None
     kind: str | None = None  # "colbert" or "splade" when the modules say so
+    dense: tuple[Path, ...] = ()  # sentence-transformers Dense modules' directories
 
 
-# Module types by the last part of their class path; any other module is refused.
+# Module types by the last part of their class path (sentence_transformers.models.* in 5.x,
+# sentence_transformers.base.modules.* / .sentence_transformer.modules.* in 6.x); any
+# other module is refused.
 _COLBERT_MODULES = ("pylate.models.Dense", "pylate.models.Dense.Dense")
 _SPARSE_MODULES = ("MLMTransformer", "SpladePooling")
 
@@ -108,7 +128,8 @@ def _st_modules(root: Path) -> StModules:
     modules = _read_json(root / "modules.json")
     if not modules:
         return StModules(root)
-    transformer_dir, pooling, normalize, width, kind = root, None, False, None, None
+    transformer_dir, pooling, normalize, kind = root, None, False, None
+    dense: list[Path] = []
     for module in modules:
         full = str(module.get("type", ""))
         name = full.rsplit(".", 1)[-1]
@@ -123,16 +144,23 @@ def _st_modules(root: Path) -> StModules:
         elif full in _COLBERT_MODULES or (full.startswith("pylate.") and name == "Dense"):
             kind = "colbert"
         elif name == "Pooling":
-            pooling, width = _pooling_from_config(_read_json(mpath / "config.json") or {})
+            pooling = _pooling_from_config(mpath / "config.json")
+        elif name == "Dense":
+            if normalize:
+                raise ConfigError(
+                    f"{root / 'modules.json'}: a Dense module after Normalize is not supported; "
+                    "Ember normalises last"
+                )
+            dense.append(mpath)
         elif name == "Normalize":
             normalize = True
         else:
             raise ConfigError(
                 f"sentence-transformers module {name!r} in {root / 'modules.json'} is not "
-                "supported yet; Ember serves Transformer + Pooling (+ Normalize) models, "
+                "supported yet; Ember serves Transformer + Pooling (+ Dense, Normalize) models, "
                 "PyLate ColBERT and SPLADE SparseEncoder models"
             )
-    return StModules(transformer_dir, pooling, normalize, width, kind)
+    return StModules(transformer_dir, pooling, normalize, kind, tuple(dense))
 
 
 def _check_splade_pooling(cfg: dict, path: Path) -> None:
@@ -144,19 +172,114 @@ def _check_splade_pooling(cfg: dict, path: Path) -> None:
         )
 
 
-def _pooling_from_config(cfg: dict) -> tuple[Pooling | None, int | None]:
-    modes: list[tuple[str, Pooling]] = [
-        ("pooling_mode_cls_token", "cls"),
-        ("pooling_mode_mean_tokens", "mean"),
-        ("pooling_mode_max_tokens", "max"),
-        ("pooling_mode_lasttoken", "last"),
-    ]
-    chosen = [mode for key, mode in modes if cfg.get(key)]
-    if cfg.get("pooling_mode_mean_sqrt_len_tokens") or cfg.get("pooling_mode_weightedmean_tokens"):
-        raise ConfigError(f"pooling mode in {cfg} is not supported; pass --pooling")
-    if len(chosen) > 1:
-        raise ConfigError(f"several pooling modes {chosen} set; Ember pools with one")
-    return (chosen[0] if chosen else None), cfg.get("word_embedding_dimension")
+# sentence-transformers' mode names -> Ember's, in the order its Pooling concatenates the
+# 5.x boolean keys (cls, max, mean, mean_sqrt_len, weightedmean, lasttoken).
+_ST_MODES: dict[str, Pooling] = {
+    "cls": "cls",
+    "max": "max",
+    "mean": "mean",
+    "mean_sqrt_len_tokens": "mean_sqrt_len",
+    "weightedmean": "weightedmean",
+    "lasttoken": "last",
+}
+_ST5_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+
+
+def _pooling_from_config(path: Path) -> StPooling:
+    """A Pooling module's config.json as sentence-transformers 6 reads it: 6.x's
+    ``pooling_mode`` (a name or a list) and ``embedding_dimension``, or 5.x's
+    ``pooling_mode_*`` booleans and ``word_embedding_dimension`` (none set: mean)."""
+    cfg = _read_json(path)
+    if cfg is None:
+        raise ConfigError(f"modules.json names a Pooling module but {path} is missing")
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{path} is not a Pooling config (a JSON object): {cfg!r}")
+    width = cfg.get("embedding_dimension", cfg.get("word_embedding_dimension"))
+    if "pooling_mode" in cfg:
+        named = cfg["pooling_mode"]
+        names = [named] if isinstance(named, str) else named
+    elif any(key in cfg for key in _ST5_KEYS):
+        names = [mode for key, mode in _ST5_KEYS.items() if cfg.get(key)] or ["mean"]
+    elif width is not None:
+        names = ["mean"]  # sentence-transformers' default mode
+    else:
+        raise ConfigError(
+            f"{path} exists but holds no pooling mode Ember can read (neither 6.x "
+            f"pooling_mode nor 5.x pooling_mode_* keys): {cfg}"
+        )
+    if not isinstance(names, list) or not names:
+        raise ConfigError(f"{path}: pooling_mode {cfg.get('pooling_mode')!r} names no mode")
+    unknown = [n for n in names if n not in _ST_MODES]
+    if unknown:
+        raise ConfigError(
+            f"{path}: pooling mode {unknown[0]!r} is not one of sentence-transformers' "
+            f"{', '.join(_ST_MODES)}"
+        )
+    if width is not None and not isinstance(width, int):
+        raise ConfigError(f"{path}: embedding_dimension {width!r} is not an integer")
+    include = cfg.get("include_prompt", True)
+    return StPooling(tuple(_ST_MODES[n] for n in names), width, bool(include))
+
+
+_ACTIVATIONS = ("Identity", "Tanh", "ReLU", "Sigmoid")
+
+
+def _dense_layer(directory: Path) -> DenseLayer:
+    """A sentence-transformers Dense module's config.json (its weights are read by the
+    heads); its defaults as the class has them (bias, Tanh)."""
+    cfg = _read_json(directory / "config.json")
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"modules.json names a Dense module; {directory}/config.json is missing")
+    for key in ("module_input_name", "module_output_name"):
+        if cfg.get(key, "sentence_embedding") != "sentence_embedding":
+            raise ConfigError(
+                f"{directory}: a Dense on {cfg[key]!r} is not supported; Ember serves Dense "
+                "layers on the pooled sentence embedding"
+            )
+    activation = str(cfg.get("activation_function") or "torch.nn.modules.activation.Tanh")
+    short = activation.rsplit(".", 1)[-1]
+    if not activation.startswith("torch.") or short not in _ACTIVATIONS:
+        raise ConfigError(
+            f"{directory}: Dense activation {activation} is not supported; Ember serves "
+            f"torch.nn {', '.join(_ACTIVATIONS)}"
+        )
+    try:
+        return DenseLayer(
+            path=directory,
+            in_features=int(cfg["in_features"]),
+            out_features=int(cfg["out_features"]),
+            bias=bool(cfg.get("bias", True)),
+            activation=short,
+            residual=bool(cfg.get("use_residual", False)),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{directory}/config.json: no valid in/out_features: {exc}") from None
+
+
+def _pipeline_width(
+    served_name: str,
+    pooling: StPooling | None,
+    modes: tuple[Pooling, ...],
+    dense: tuple[DenseLayer, ...],
+) -> int | None:
+    """The width of what the pipeline returns (None: the encoder's), checking that each
+    Dense takes what comes before it."""
+    width = pooling.width * len(modes) if pooling and pooling.width else None
+    for layer in dense:
+        if width is not None and layer.in_features != width:
+            raise ConfigError(
+                f"{served_name}: Dense {layer.path.name} takes {layer.in_features} features "
+                f"but {width} come before it"
+            )
+        width = layer.out_features
+    return width
 
 
 def detect_kind(root: Path, modules: StModules) -> str | None:
@@ -261,12 +384,7 @@ def _max_length(root: Path, hf_dir: Path, config: dict) -> int:
 def resolve_model(spec: ModelSpec) -> ResolvedModel:
     root, served_name = locate(spec)
     modules = _st_modules(root)
-    hf_dir, st_pooling, normalize, width = (
-        modules.transformer_dir,
-        modules.pooling,
-        modules.normalize,
-        modules.width,
-    )
+    hf_dir, normalize = modules.transformer_dir, modules.normalize
     config = _read_json(hf_dir / "config.json")
     if config is None:
         raise ConfigError(f"{hf_dir} has no config.json; is it a transformers model?")
@@ -283,12 +401,18 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
         log.warning("serving classifier %s as an embedding model (--task embed)", served_name)
     special = detect_kind(root, modules) if task == "embed" else None
     kind = KINDS[special] if special else kind_for_task(task)
-    pooling: Pooling | None = spec.pooling or st_pooling
-    if "dense" in kind.outputs and pooling is None:
+    st_pooling = modules.pooling
+    modes: tuple[Pooling, ...] = (
+        (spec.pooling,) if spec.pooling else st_pooling.modes if st_pooling else ()
+    )
+    if "dense" in kind.outputs and not modes:
         raise ConfigError(
             f"{served_name} has no sentence-transformers pooling config (1_Pooling/config.json); "
             "pass --pooling cls|mean|last|max so the vectors are not silently wrong"
         )
+    # Dense layers after pooling belong to the dense head (ColBERT's are its own).
+    dense = tuple(map(_dense_layer, modules.dense)) if kind.name == "dense" else ()
+    width = _pipeline_width(served_name, st_pooling, modes, dense)
     st_cfg = _read_json(root / "config_sentence_transformers.json") or {}
     hidden = int(width or config.get("hidden_size") or config.get("d_model") or 0)
     return ResolvedModel(
@@ -300,7 +424,7 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
         model_type=str(config.get("model_type", "")),
         hidden_size=hidden,
         max_length=_max_length(root, hf_dir, config),
-        pooling=pooling or "cls",
+        pooling=modes[0] if modes else "cls",
         normalize=normalize,
         num_labels=num_labels,
         id2label=id2label,
@@ -310,6 +434,9 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
         config=config,
         kind=kind,
         root=root,
+        pooling_modes=modes if len(modes) > 1 else (),
+        include_prompt=st_pooling.include_prompt if st_pooling else True,
+        dense_layers=dense,
     )
 
 

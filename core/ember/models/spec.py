@@ -14,7 +14,9 @@ Task = Literal["embed", "rerank", "classify"]
 # What turns a classifier's logits into label scores (transformers' text-classification
 # pipeline: softmax over labels, sigmoid per label, or the raw values of a regression).
 Activation = Literal["softmax", "sigmoid", "none"]
-Pooling = Literal["cls", "mean", "last", "max"]
+# sentence-transformers' Pooling modes (``last`` is its ``lasttoken``, ``mean_sqrt_len`` its
+# ``mean_sqrt_len_tokens``); POOLINGS are the ones ``--pooling`` offers.
+Pooling = Literal["cls", "mean", "last", "max", "mean_sqrt_len", "weightedmean"]
 TASKS: tuple[Task, ...] = ("embed", "rerank", "classify")
 POOLINGS: tuple[Pooling, ...] = ("cls", "mean", "last", "max")
 
@@ -58,6 +60,19 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class DenseLayer:
+    """A sentence-transformers ``Dense`` module after pooling, as its config.json says;
+    the heads read its weights from ``path`` (``linear.weight``/``linear.bias``)."""
+
+    path: Path
+    in_features: int
+    out_features: int
+    bias: bool
+    activation: str  # the torch.nn class name: Identity, Tanh, ReLU, Sigmoid
+    residual: bool = False  # use_residual: the input (or its projection) is added
+
+
+@dataclass(frozen=True)
 class ResolvedModel:
     """A model's files on disk plus everything read from them; input to a backend.
 
@@ -84,6 +99,13 @@ class ResolvedModel:
     config: dict = field(default_factory=dict)
     kind: ModelKind | None = None
     root: Path | None = None
+    # The rest of a sentence-transformers pipeline between the transformer and Normalize:
+    # every Pooling mode when it concatenates several (its order; empty: just ``pooling``),
+    # whether prompt tokens are pooled, and the Dense layers (``hidden_size`` is the last
+    # one's width).
+    pooling_modes: tuple[Pooling, ...] = ()
+    include_prompt: bool = True
+    dense_layers: tuple[DenseLayer, ...] = ()
 
     def __post_init__(self) -> None:
         from ember.capabilities import KINDS, kind_for_task
@@ -93,6 +115,10 @@ class ResolvedModel:
         if self.root is None:
             object.__setattr__(self, "root", self.path)
         assert self.kind is not None and self.kind.name in KINDS
+
+    @property
+    def poolings(self) -> tuple[Pooling, ...]:
+        return self.pooling_modes or (self.pooling,)
 
     @property
     def backbone(self) -> Backbone:

@@ -29,7 +29,9 @@ class Tokens:
 
     ``attention`` is the attention mask when not all ones (ColBERT's query expansion);
     ``keep`` the positions a multi-vector output keeps when not all (ColBERT's document
-    skiplist). ``cost`` is what the batcher schedules by: the padded positions it takes.
+    skiplist); ``pool_from`` the leading positions pooling leaves out (the prompt, where
+    the model pools without it). ``cost`` is what the batcher schedules by: the padded
+    positions it takes.
     """
 
     ids: list[int]
@@ -37,6 +39,7 @@ class Tokens:
     truncated_from: int | None = None
     attention: list[int] | None = None
     keep: tuple[int, ...] | None = None
+    pool_from: int = 0
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -70,12 +73,14 @@ def collate(tokens: Sequence[Tokens], pad_id: int) -> TokenBatch:
         else:
             mask[row, :n] = tok.attention
             custom_mask = True
+    pool_from = np.array([t.pool_from for t in tokens], dtype=np.int64)
     return TokenBatch(
         ids,
         mask,
         types,
         lengths if custom_mask else None,
         keep if any(k is not None for k in keep) else None,
+        pool_from if pool_from.any() else None,
     )
 
 
@@ -225,6 +230,15 @@ class TextTokenizer:
         """A text of ``length`` ordinary tokens, for warm-up batches."""
         length = min(length, self.max_length)
         return Tokens([self.pad_id + 1] * length, [0] * length)
+
+    def prompt_length(self, prompt: str) -> int:
+        """The positions a prompt takes at the start of a text, as sentence-transformers
+        counts them for ``include_prompt: false``: the prompt tokenised alone, leading
+        special tokens in, a trailing special token (``[SEP]``) out."""
+        tok = self._truncating["right"]
+        ids = tok.encode(prompt).ids
+        special = {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
+        return len(ids) - (1 if ids and ids[-1] in special else 0)
 
     def count(self, texts: list[str]) -> list[int]:
         return [len(e.ids) for e in self._exact.encode_batch(texts)]
