@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -109,10 +110,16 @@ def stop_process(process: subprocess.Popen, timeout: float = 20) -> None:
 def start_server(
     args: list[str], *, api_key: str | None = None, env: dict[str, str] | None = None
 ) -> Iterator[ServerProcess]:
-    """Run `python -m ember serve ARGS` on a free loopback port until the block ends."""
+    """Run `python -m ember serve ARGS` on a free loopback port until the block ends.
+
+    ``EMBER_TEST_CPU_EMULATOR`` (e.g. ``qemu-x86_64 -cpu Haswell``) runs the server under
+    a CPU-model emulator: how the int8 parity tests are checked for a CPU kind the host is
+    not (CPUID, and so ONNX Runtime's kernel choice, are the emulated CPU's)."""
     port = free_port()
     log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"ember-serve-{port}.log"
+    emulator = shlex.split(os.environ.get("EMBER_TEST_CPU_EMULATOR", ""))
     cmd = [
+        *emulator,
         sys.executable,
         "-m",
         "ember",
@@ -126,8 +133,32 @@ def start_server(
     process = spawn(cmd, child_env(env), log_path)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(url, process, log_path)
+        wait_ready(url, process, log_path, timeout=1800.0 if emulator else 240.0)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         yield ServerProcess(url, process, log_path, api_key, headers)
     finally:
         stop_process(process)
+
+
+BUSY_LOOP = (
+    "import sys, time\nend = time.monotonic() + float(sys.argv[1])\n"
+    "while time.monotonic() < end: pass"
+)
+
+
+@contextlib.contextmanager
+def busy_cores(count: int | None = None, seconds: float = 120.0) -> Iterator[None]:
+    """A host busy with other work, as CI's may be: ``count`` processes (default: one per
+    core) spinning at normal priority for at most ``seconds``, stopped when the block ends.
+    Tests of admission and draining run inside it, so their outcome cannot hang on the
+    host having idle cores."""
+    count = count or os.cpu_count() or 1
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", BUSY_LOOP, str(seconds)]) for _ in range(count)
+    ]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait(timeout=10)

@@ -17,7 +17,7 @@ import pytest
 from ember.errors import Overloaded, RequestTimeout
 from ember.logs import RateLimitedLog
 from tests.integration.test_robustness import _engines
-from tests.support import spawn, stop_process, wait_ready
+from tests.support import busy_cores, spawn, stop_process, wait_ready
 
 GAUGE = "ember_queue_depth"
 
@@ -46,10 +46,9 @@ async def test_a_full_queue_refuses_before_tokenising(minilm_path: Path) -> None
     try:
         busy = [asyncio.create_task(engine.embed(["one", "two"])) for _ in range(2)]
         await asyncio.sleep(0.05)  # both admitted: the queue holds 4 inputs
-        started = time.perf_counter()
-        with pytest.raises(Overloaded):
-            await engine.embed(["three", "four"])
-        assert time.perf_counter() - started < 0.05  # refused at once
+        refused = engine.embed(["three", "four"])
+        with pytest.raises(Overloaded):  # at once: in the coroutine's first step, no await
+            refused.send(None)
         assert encoded == [2, 2]  # the refused request was never tokenised
         await asyncio.gather(*busy)
         assert (await engine.embed(["after"])).outputs.shape == (1, 384)
@@ -137,26 +136,32 @@ def test_serve_answers_401_with_www_authenticate_and_exits_0_on_sigterm(
 
 
 async def test_a_flood_with_a_short_deadline_still_completes_work(minilm_path: Path) -> None:
-    """40 requests of 16 texts at once with a 1 s deadline: what cannot be answered in
-    time is refused at arrival (429) instead of queued to expire (504), so the admitted
-    ones finish. Counts, not timings, are asserted: at most a few admitted requests may
-    still miss the deadline when the measured rate moves."""
+    """40 requests of 16 texts at once with a short deadline, on a host whose every core is
+    also busy with other work: what cannot be answered in time is refused at arrival (429)
+    instead of queued to expire (504), so the admitted ones finish. The deadline is 1 s or,
+    on a host too slow for that, six times what one request took there: 40 requests stay
+    a flood either way. Counts, not timings, are asserted: at most a few admitted requests
+    may still miss the deadline when the measured rate moves."""
     engines, _ = _engines(minilm_path, delay=0.0)
-    await engines.start()
-    engine = engines.get(None)
-    engine.spec = replace(engine.spec, request_timeout=1.0)
     texts = [f"sentence {i} of a flood of requests about retrieval" for i in range(16)]
+    await engines.start()  # loading is not under test: the host turns busy after it
+    engine = engines.get(None)
     try:
-        await engine.embed(texts)  # a measured rate for full batches
-        outcomes = await asyncio.wait_for(
-            asyncio.gather(*(engine.embed(texts) for _ in range(40)), return_exceptions=True),
-            timeout=60,
-        )
+        with busy_cores(seconds=90):
+            started = time.perf_counter()
+            await engine.embed(texts)  # a measured rate for full batches, on the busy host
+            one = time.perf_counter() - started
+            engine.spec = replace(engine.spec, request_timeout=max(1.0, 6 * one))
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(*(engine.embed(texts) for _ in range(40)), return_exceptions=True),
+                timeout=60,
+            )
     finally:
         await engines.stop()
     done = sum(not isinstance(o, Exception) for o in outcomes)
     refused = sum(isinstance(o, Overloaded) for o in outcomes)
     expired = sum(isinstance(o, RequestTimeout) for o in outcomes)
+    print(f"flood, one request {one:.2f}s: {done} done, {refused} refused, {expired} expired")
     assert done + refused + expired == 40, outcomes
     assert done >= 1 and refused >= 1
     assert expired <= max(2, done // 4), (done, refused, expired)

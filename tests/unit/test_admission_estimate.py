@@ -38,7 +38,9 @@ def test_slower_concurrent_batches_lower_the_rate_the_host_gives() -> None:
 
 def test_refuses_only_what_cannot_meet_its_deadline() -> None:
     rate = Throughput(per_second=100.0)  # set, as a measured figure
-    assert refusal(queued=50, count=32, budget_s=1.0, throughput=rate) is None  # 0.82 s
+    assert refusal(queued=50, count=25, budget_s=1.0, throughput=rate) is None  # 0.75 s
+    # 0.82 s: inside the deadline, not inside the share of it the measured rate may use
+    assert refusal(queued=50, count=32, budget_s=1.0, throughput=rate) is not None
     why = refusal(queued=90, count=32, budget_s=1.0, throughput=rate)  # 1.22 s
     assert why is not None and "90 inputs are queued" in why and "1.2s" in why
     # Nothing ahead: a large request is the client's own choice, admitted.

@@ -122,6 +122,58 @@ def test_int8_within_stated_tolerance(minilm_int8, reference: np.ndarray) -> Non
     assert backend.info.dtype == "int8"
 
 
+def _weight_types(path: Path) -> set[int]:
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return {i.data_type for i in graph.initializer if i.name.endswith("_quantized")}
+
+
+def test_int8_weights_follow_the_cpu_kind(minilm_int8) -> None:
+    """This host's artifact holds the weight format chosen for its CPU kind, and the
+    choice follows MLAS's: uint8 on x86 without VNNI, int8 with it (and off x86)."""
+    from ember.cpu import int8_dot_product
+
+    _, backend = minilm_int8
+    kind = int8_dot_product()
+    want = onnx.TensorProto.UINT8 if kind == "x86" else onnx.TensorProto.INT8
+    assert _weight_types(backend.path) == {want}
+    if sys.platform == "linux" and kind != "other":  # numpy's CPUID probe agrees with the kernel
+        flags = Path("/proc/cpuinfo").read_text().split()
+        assert (kind == "vnni") == ("avx512_vnni" in flags)
+
+
+def test_the_no_vnni_format_holds_the_tolerance_on_this_host(
+    minilm_int8, minilm_fp32, reference: np.ndarray, tmp_path: Path, monkeypatch
+) -> None:
+    """The format an AVX2 host gets, built and run here. Its uint8 x uint8 kernel is exact
+    integer arithmetic on every x86 kind, so these are the AVX2 host's vectors too (checked
+    bit for bit under ``qemu-x86_64 -cpu Haswell``, where int8 weights lose to saturation)."""
+    _, fp32 = minilm_fp32
+    monkeypatch.setattr(onnx_int8, "int8_dot_product", lambda: "x86")
+    assert onnx_int8.int8_weights() == "u8" and "weights-u8" in onnx_int8.int8_scheme()
+    # from the fused fp32 artifact, as an int8 build does
+    assert onnx_int8.quantize_int8(fp32.path, tmp_path / "int8.onnx") == 10
+    assert _weight_types(tmp_path / "int8.onnx") == {onnx.TensorProto.UINT8}
+    int8_model, int8 = minilm_int8
+    plan = onnx_export.plan_for(int8_model, ["CPUExecutionProvider"])
+    backend = onnx_backend.OnnxBackend(int8_model, tmp_path / "int8.onnx", plan)
+    try:
+        cos = parity.cosine_rows(parity.run_texts(backend, int8_model, TEXTS), reference)
+    finally:
+        backend.close()
+    assert cos.min() >= 0.99 and cos.mean() >= 0.995, (cos.min(), cos.mean())
+
+
+def test_the_cache_key_names_the_weight_format(minilm_int8, monkeypatch) -> None:
+    """An artifact built for one CPU kind is never opened on another."""
+    model, backend = minilm_int8
+    plan = onnx_export.plan_for(model, ["CPUExecutionProvider"])
+    here = artifacts.artifact_dir(model, "onnx", onnx_export.build_options(model, plan))
+    assert backend.path.parent == here
+    other = "vnni" if onnx_int8.int8_weights() == "u8" else "x86"
+    monkeypatch.setattr(onnx_int8, "int8_dot_product", lambda: other)
+    assert artifacts.artifact_dir(model, "onnx", onnx_export.build_options(model, plan)) != here
+
+
 def test_second_load_reuses_the_cache(
     minilm_path: Path, cache_dir: Path, minilm_fp32, minilm_int8, monkeypatch
 ) -> None:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ember.backends import artifacts, isolated
-from ember.backends.onnx_int8 import quantize_int8
+from ember.backends.onnx_int8 import int8_scheme, quantize_int8
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel
 
@@ -136,7 +136,7 @@ def build_options(model: ResolvedModel, plan: Plan) -> dict[str, Any]:
         "opt_level": OPT_LEVEL,
         "dtype": plan.dtype,
         "gpu": plan.device == "cuda",
-        "int8": "per-channel,non-LN-inputs,skip-first-layer" if plan.dtype == "int8" else None,
+        "int8": int8_scheme() if plan.dtype == "int8" else None,
         "versions": artifacts.package_versions(
             ["torch", "transformers", "onnx", "onnxruntime", "onnxruntime-gpu"]
         ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ember.cpu import int8_dot_product
 from ember.errors import ConfigError
 
 # Producers whose outputs are safe to quantise per-tensor at run time: attention
@@ -58,8 +59,28 @@ def int8_nodes(onnx_model: Any) -> list[str]:
     return selected
 
 
+def int8_weights() -> str:
+    """The weight format for this CPU: ``"s8"`` where int8 x uint8 products do not
+    saturate (VNNI, and ARM's dot-product kernels), ``"u8"`` on x86 without VNNI.
+
+    MLAS's u8u8 kernel widens both sides to 16 bits before multiplying, so nothing
+    saturates on AVX2; its u8s8 kernel there sums pairs in 16 bits (ONNX Runtime's
+    quantisation guide names it; ``reduce_range``'s 7-bit weights are its other way out,
+    at twice the rounding error). Measured (tiny CLIP and SigLIP towers, worst cosine
+    to fp32; AVX2 by ``qemu-x86_64 -cpu Haswell`` on an AVX512-VNNI host): see
+    docs and README's int8 row."""
+    return "u8" if int8_dot_product() == "x86" else "s8"
+
+
+def int8_scheme() -> str:
+    """What the artifact's cache key records of the quantisation: the node selection and
+    the weight format, so an artifact built for one CPU kind is not reused on another."""
+    return f"per-channel,non-LN-inputs,skip-first-layer,weights-{int8_weights()}"
+
+
 def quantize_int8(src: Path, dst: Path, large: bool = False) -> int:
-    """Dynamic int8 (per-channel weights, per-tensor uint8 activations); returns node count."""
+    """Dynamic int8 (per-channel weights in ``int8_weights()``'s format, per-tensor uint8
+    activations); returns node count."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -69,7 +90,7 @@ def quantize_int8(src: Path, dst: Path, large: bool = False) -> int:
     quantize_dynamic(
         str(src),
         str(dst),
-        weight_type=QuantType.QInt8,
+        weight_type=QuantType.QUInt8 if int8_weights() == "u8" else QuantType.QInt8,
         per_channel=True,
         nodes_to_quantize=nodes,
         op_types_to_quantize=["MatMul"],

@@ -38,7 +38,7 @@ from ember.backends.onnx_export import (
     Progress,
     resolve_device,
 )
-from ember.backends.onnx_int8 import quantize_int8
+from ember.backends.onnx_int8 import int8_scheme, quantize_int8
 from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel
 
@@ -97,7 +97,7 @@ def build_options(model: ResolvedModel, plan: Plan) -> dict[str, Any]:
         "opset": OPSET,
         "optimizer": f"{OPT_MODEL_TYPE}@{OPT_LEVEL}",
         "dtype": plan.dtype,
-        "int8": "per-channel,non-LN-inputs,skip-first-layer" if plan.dtype == "int8" else None,
+        "int8": int8_scheme() if plan.dtype == "int8" else None,
         "versions": artifacts.package_versions(["torch", "transformers", "onnx", "onnxruntime"]),
     }
 
