@@ -6,17 +6,20 @@ import json
 import subprocess
 import sys
 
-from tests.support import REPO, child_env
+from tests.support import REPO, busy_cores, child_env
 
 
 def test_overload_script_prints_every_check() -> None:
+    """On a host busy on every core (as a shared CI runner may be): the checks' outcomes
+    are counts and states (drained, answered, exit code), never how fast they came."""
     cmd = [sys.executable, str(REPO / "benchmarks" / "overload.py"), "--launch"]
     cmd += ["--clients", "8", "--texts", "4", "--seconds", "1", "--idle", "4"]
     # a deadline long enough that every request in flight at SIGTERM can finish
     cmd += ["--idle-wait", "1", "--slow-cap", "2", "--request-timeout", "20"]
-    out = subprocess.run(
-        cmd, env=child_env(), capture_output=True, text=True, timeout=240, check=True
-    ).stdout
+    with busy_cores(seconds=300):
+        out = subprocess.run(
+            cmd, env=child_env(), capture_output=True, text=True, timeout=300, check=True
+        ).stdout
     lines = {
         line.split(" {", 1)[0]: json.loads("{" + line.split(" {", 1)[1])
         for line in out.splitlines()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -149,9 +150,9 @@ def test_the_no_vnni_format_holds_the_tolerance_on_this_host(
     bit for bit under ``qemu-x86_64 -cpu Haswell``, where int8 weights lose to saturation)."""
     _, fp32 = minilm_fp32
     monkeypatch.setattr(onnx_int8, "int8_dot_product", lambda: "x86")
-    assert onnx_int8.int8_weights() == "u8" and "weights-u8" in onnx_int8.int8_scheme()
+    assert onnx_int8.cpu_int8_weights() == "u8"
     # from the fused fp32 artifact, as an int8 build does
-    assert onnx_int8.quantize_int8(fp32.path, tmp_path / "int8.onnx") == 10
+    assert onnx_int8.quantize_int8(fp32.path, tmp_path / "int8.onnx", "u8") == 10
     assert _weight_types(tmp_path / "int8.onnx") == {onnx.TensorProto.UINT8}
     int8_model, int8 = minilm_int8
     plan = onnx_export.plan_for(int8_model, ["CPUExecutionProvider"])
@@ -169,9 +170,9 @@ def test_the_cache_key_names_the_weight_format(minilm_int8, monkeypatch) -> None
     plan = onnx_export.plan_for(model, ["CPUExecutionProvider"])
     here = artifacts.artifact_dir(model, "onnx", onnx_export.build_options(model, plan))
     assert backend.path.parent == here
-    other = "vnni" if onnx_int8.int8_weights() == "u8" else "x86"
-    monkeypatch.setattr(onnx_int8, "int8_dot_product", lambda: other)
-    assert artifacts.artifact_dir(model, "onnx", onnx_export.build_options(model, plan)) != here
+    assert plan.int8_weights == onnx_int8.cpu_int8_weights()
+    other = replace(plan, int8_weights="s8" if plan.int8_weights == "u8" else "u8")
+    assert artifacts.artifact_dir(model, "onnx", onnx_export.build_options(model, other)) != here
 
 
 def test_second_load_reuses_the_cache(

@@ -28,12 +28,12 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ember.backends import artifacts, isolated
-from ember.backends.onnx_int8 import int8_scheme, quantize_int8
+from ember.backends.onnx_int8 import cpu_int8_weights, int8_scheme, quantize_int8
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel
 
@@ -67,11 +67,15 @@ def import_ort() -> Any:
 
 @dataclass(frozen=True)
 class Plan:
-    """What the session will run: device, weight dtype and execution providers."""
+    """What the session will run: device, weight dtype and execution providers; for int8,
+    the weight format, chosen where the plan is made (the serving process, whose CPU runs
+    the graph) and carried to the child that builds it, so the cache key and the
+    artifact always name the same format."""
 
     device: str  # "cpu" | "cuda"
     dtype: str  # "float32" | "float16" | "int8"
     providers: list[Any]
+    int8_weights: str = field(default_factory=cpu_int8_weights)  # "s8" | "u8"
 
 
 def resolve_device(device: str, available: list[str]) -> str:
@@ -136,7 +140,7 @@ def build_options(model: ResolvedModel, plan: Plan) -> dict[str, Any]:
         "opt_level": OPT_LEVEL,
         "dtype": plan.dtype,
         "gpu": plan.device == "cuda",
-        "int8": int8_scheme() if plan.dtype == "int8" else None,
+        "int8": int8_scheme(plan.int8_weights) if plan.dtype == "int8" else None,
         "versions": artifacts.package_versions(
             ["torch", "transformers", "onnx", "onnxruntime", "onnxruntime-gpu"]
         ),
@@ -295,7 +299,7 @@ def _build(
             source = target
         if plan.dtype == "int8":
             say("quantising to int8 (dynamic, per-channel)")
-            quantized = quantize_int8(source, final, _is_large(model))
+            quantized = quantize_int8(source, final, plan.int8_weights, _is_large(model))
         elif source != final:
             _copy_onnx(source, final, _is_large(model))
     manifest = {

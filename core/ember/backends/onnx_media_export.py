@@ -97,7 +97,7 @@ def build_options(model: ResolvedModel, plan: Plan) -> dict[str, Any]:
         "opset": OPSET,
         "optimizer": f"{OPT_MODEL_TYPE}@{OPT_LEVEL}",
         "dtype": plan.dtype,
-        "int8": int8_scheme() if plan.dtype == "int8" else None,
+        "int8": int8_scheme(plan.int8_weights) if plan.dtype == "int8" else None,
         "versions": artifacts.package_versions(["torch", "transformers", "onnx", "onnxruntime"]),
     }
 
@@ -237,7 +237,9 @@ def _build(
         fused = (artifacts.read_manifest(fp32_dir) or {}).get("fused_ops", {})
         for modality, name in TOWER_FILES.items():
             say(f"quantising the {modality} tower to int8 (dynamic, per-channel)")
-            quantized[modality] = quantize_int8(fp32_dir / name, out_dir / name, is_large(model))
+            quantized[modality] = quantize_int8(
+                fp32_dir / name, out_dir / name, plan.int8_weights, is_large(model)
+            )
     else:
         with tempfile.TemporaryDirectory(prefix="ember-onnx-media-") as tmp_name:
             say(f"exporting the towers of {model.path} to ONNX (opset {OPSET})")
