@@ -17,6 +17,7 @@ from typing import Any
 from ember.capabilities import KINDS, kind_for_task
 from ember.config import DEFAULT_MODEL_NAME
 from ember.errors import ConfigError
+from ember.models.remote_code import check_remote_code
 from ember.models.spec import (
     Activation,
     DenseLayer,
@@ -388,6 +389,7 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
     config = _read_json(hf_dir / "config.json")
     if config is None:
         raise ConfigError(f"{hf_dir} has no config.json; is it a transformers model?")
+    check_remote_code(config, served_name, spec.trust_remote_code)
     if media := detect_media_kind(config):
         return _resolve_media(spec, root, served_name, config, media)
     detected, num_labels, id2label = detect_task(config)
