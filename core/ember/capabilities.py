@@ -16,8 +16,10 @@ from ember.errors import BadRequest
 # What the network of a model computes, and so what a backend loads and returns:
 # an encoder's token states, a sequence classifier's logits (ember.backends.base), a
 # dual encoder's projected embedding per input (CLIP, SigLIP, CLAP: one tower per
-# modality), or a retrieval VLM's projected token vectors (ColPali, ColQwen2).
-Backbone = Literal["encoder", "sequence-classifier", "dual-encoder", "retrieval-vlm"]
+# modality), a retrieval VLM's projected token vectors (ColPali, ColQwen2), or a causal
+# LM's logits of a few vocabulary rows at each input's last position (an LLM reranker's
+# answer tokens: ember.backends.torch_causal).
+Backbone = Literal["encoder", "sequence-classifier", "dual-encoder", "retrieval-vlm", "causal-lm"]
 
 # Backbones of media models: loaded by their own classes; torch serves them all, onnx CLIP
 # and SigLIP (ember.backends.registry: media_kinds).
@@ -39,8 +41,9 @@ Capability = Literal[
     "embed", "embed_sparse", "embed_multi", "image_embed", "audio_embed", "rerank", "classify"
 ]
 
-# How a model scores (query, document) pairs for /rerank.
-Scoring = Literal["cross-encoder", "maxsim"]
+# How a model scores (query, document) pairs for /rerank: a classifier's logit, MaxSim,
+# or an LLM's answer-token logits at the end of its prompt template.
+Scoring = Literal["cross-encoder", "maxsim", "llm"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,8 @@ class ModelKind:
     exportable: bool = True
     # What its inputs may hold; every kind reads text, media models images or audio too.
     modalities: tuple[Modality, ...] = ("text",)
+    # Whether a rerank request may carry an ``instruction`` (an LLM reranker's prompt).
+    instructed: bool = False
 
     @property
     def embedding(self) -> Output | None:
@@ -125,6 +130,14 @@ class ModelKind:
             )
         return self.scoring
 
+    def require_instruction(self, model_name: str) -> None:
+        if not self.instructed:
+            raise BadRequest(
+                f"model {model_name!r} ({self.name}) takes no instruction; `instruction` is "
+                "for LLM rerankers",
+                param="instruction",
+            )
+
     def require_classify(self, model_name: str) -> None:
         if not self.classifies:
             raise BadRequest(
@@ -189,6 +202,19 @@ KINDS: dict[str, ModelKind] = {
         ),
         ModelKind(
             "classifier", "sequence-classifier", ("logits",), classifies=True, task="classify"
+        ),
+        # An LLM reranker (Qwen3-Reranker, mxbai-rerank-v2, bge-reranker-v2-gemma): its
+        # prompt template around each pair, scored by its answer tokens' logits
+        # (ember.models.llm_rerankers); the template lives in Ember, so no `ember export`.
+        ModelKind(
+            "llm-reranker",
+            "causal-lm",
+            ("logits",),
+            "llm",
+            task="rerank",
+            processor="llm-rerank",
+            exportable=False,
+            instructed=True,
         ),
     )
 }

@@ -65,6 +65,7 @@ PER_MODEL_FIELDS = (
     "max_batch_tokens",
     "max_batch_size",
     "max_queue_size",
+    "instruction",
 )
 
 
@@ -111,6 +112,12 @@ class ServerSettings(BaseSettings):
     )
     max_queue_size: str | None = _per_model(
         "Texts waiting per model; past it requests get 429 at once.", str(MAX_QUEUE_SIZE)
+    )
+    instruction: str | None = _per_model(
+        "An LLM reranker's instruction (Qwen3-Reranker's `<Instruct>`, mxbai-rerank-v2's "
+        "instruction line, bge-reranker-v2-gemma's prompt); auto is its card's. A request's "
+        "`instruction` replaces it.",
+        "auto",
     )
     request_timeout: float = Field(
         REQUEST_TIMEOUT, description="Seconds a request may wait; then 504."
@@ -300,6 +307,7 @@ class ServerSettings(BaseSettings):
                 else at_least_one("neuron_cores", self.neuron_cores)
             ),
             media=self.media_limits(),
+            instruction=None if pick("instruction") in (None, "auto") else pick("instruction"),
         )
 
     def media_limits(self) -> MediaLimits:

@@ -237,6 +237,7 @@ async def cohere_rerank(engines: EngineArray, body: s.RerankRequest, limit: int)
         raw_scores=body.raw_scores,
         truncate=body.truncate,
         modality=body.modality,
+        instruction=body.instruction,
     )
     order = np.argsort(-result.outputs, kind="stable")[: body.top_n]
     results = []
@@ -254,7 +255,11 @@ async def tei_rerank(engines: EngineArray, body: s.TEIRerankRequest, limit: int)
     check_batch(len(body.texts), limit, "texts")
     engine = engines.for_task(body.model, "rerank")
     result = await engine.rerank(
-        body.query, body.texts, raw_scores=body.raw_scores, truncate=body.truncate
+        body.query,
+        body.texts,
+        raw_scores=body.raw_scores,
+        truncate=body.truncate,
+        instruction=body.instruction,
     )
     order = np.argsort(-result.outputs, kind="stable")
     ranked = []

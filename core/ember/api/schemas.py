@@ -78,6 +78,13 @@ class MediaEmbeddingsRequest(_Body):
     user: str | None = None
 
 
+INSTRUCTION = (
+    "An LLM reranker's instruction for this request (Qwen3-Reranker's `<Instruct>`, "
+    "mxbai-rerank-v2's instruction line, bge-reranker-v2-gemma's prompt), in place of the "
+    "model's (--instruction, else its card's); 400 for other models."
+)
+
+
 class RerankDocument(_Body):
     text: NonEmptyText
 
@@ -92,6 +99,7 @@ class RerankRequest(_Body):
     return_documents: StrictBool = False
     raw_scores: StrictBool = Field(False, description="Logits instead of sigmoid scores.")
     truncate: StrictBool = True
+    instruction: NonEmptyText | None = Field(None, description=INSTRUCTION)
     modality: Literal["text", "image"] = Field(
         "text",
         description="What `documents` hold: image for page images (URLs or data: URIs) "
@@ -108,6 +116,7 @@ class TEIRerankRequest(_Body):
     raw_scores: StrictBool = False
     truncate: StrictBool = True
     model: str | None = None
+    instruction: NonEmptyText | None = Field(None, description=INSTRUCTION)
 
 
 class ClassifyRequest(_Body):

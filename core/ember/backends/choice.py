@@ -17,6 +17,12 @@ against 71-76 on torch at 8 images x 4 clients in every run, and served more ima
 torch: at base size (224 px, 16 px patches) the two were within the noise, ORT's
 optimizer not fusing its vision attention. CLAP, ColPali and ColQwen2 have no ONNX path.
 
+LLM rerankers (Qwen3-Reranker, mxbai-rerank-v2, bge-reranker-v2-gemma) go to torch on
+every device: their prompts run to 8,192 tokens, and the exported graph's unfused attention
+holds a [heads, T, T] score matrix per layer (4.3 GB at 8,192 tokens for Qwen3-Reranker-0.6B's
+16 heads, per input) where torch's SDPA kernel does not. ``--backend onnx`` serves them too,
+and ``--dtype int8`` goes there on a CPU as for any model (torch has no int8).
+
 The decision is made without importing torch or onnxruntime (``find_spec`` and device
 nodes only), so choosing costs nothing on the fast path it picks. If the onnx build or
 load then fails (an architecture the exporter cannot trace, an unwritable cache), the
@@ -100,6 +106,8 @@ def choose_backend(model: ResolvedModel, accelerator: str | None = None) -> Choi
     kind = model.kind.name if model.kind else "media"
     if model.backbone in MEDIA_BACKBONES and kind not in AUTO_ONNX_MEDIA:
         return Choice("torch", f"{kind} models run on torch")
+    if model.backbone == "causal-lm" and spec.dtype != "int8":  # see the module docstring
+        return Choice("torch", "LLM rerankers run on torch (--backend onnx on request)")
     if spec.device not in ("auto", "cpu"):
         return Choice("torch", f"--device {spec.device}")
     if spec.device == "auto" and (accelerator := accelerator or accelerator_visible()):

@@ -179,6 +179,12 @@ class CompileOptions:
 def compile_options(model: ResolvedModel) -> CompileOptions:
     """The spec's neuron settings, checked against the model (a spec built without
     settings gets the settings' defaults)."""
+    if model.llm is not None:
+        raise ConfigError(
+            f"model {model.served_name!r} is an LLM reranker ({model.llm.family.name}, "
+            f"{model.architecture}): the neuron backend compiles encoders and sequence "
+            "classifiers; use --backend torch or onnx"
+        )
     spec = model.spec
     batch_size = spec.neuron_batch_size or setting_default("neuron_batch_size")
     if batch_size < 1:

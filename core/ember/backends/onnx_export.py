@@ -141,6 +141,9 @@ def build_options(model: ResolvedModel, plan: Plan) -> dict[str, Any]:
         "dtype": plan.dtype,
         "gpu": plan.device == "cuda",
         "int8": int8_scheme(plan.int8_weights) if plan.dtype == "int8" else None,
+        # an LLM reranker's graph ends in its answer tokens' rows of the LM head (only
+        # there, so no other model's cache key changes)
+        **({"rows": list(model.llm.token_ids)} if model.llm else {}),
         "versions": artifacts.package_versions(
             ["torch", "transformers", "onnx", "onnxruntime", "onnxruntime-gpu"]
         ),
@@ -173,9 +176,11 @@ def _copy_onnx(src: Path, dst: Path, large: bool) -> None:
 def export_torch(model: ResolvedModel, dst: Path) -> Path:
     """Export the HF model to ``dst`` (fp32, dynamic batch/sequence); returns the file."""
     import torch
-    from transformers import AutoModel, AutoModelForSequenceClassification
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    auto = AutoModel if model.backbone == "encoder" else AutoModelForSequenceClassification
+    auto = {"encoder": AutoModel, "causal-lm": AutoModelForCausalLM}.get(
+        model.backbone, AutoModelForSequenceClassification
+    )
     try:
         net = auto.from_pretrained(
             str(model.path),
@@ -187,6 +192,10 @@ def export_torch(model: ResolvedModel, dst: Path) -> Path:
         net = auto.from_pretrained(
             str(model.path), dtype=torch.float32, trust_remote_code=model.spec.trust_remote_code
         )
+    if model.llm is not None:  # an LLM reranker: the graph's logits are its answer tokens'
+        from ember.backends.torch_causal import AnswerTokenScorer
+
+        net = AnswerTokenScorer(net, model.llm.token_ids)
     net.eval()
     takes_types = "token_type_ids" in inspect.signature(net.forward).parameters
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_types else [])

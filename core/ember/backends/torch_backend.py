@@ -71,20 +71,27 @@ def cpu_has_native_bf16() -> bool:
 
 def load_net(model: ResolvedModel, dtype: torch.dtype, attention: str) -> Any:
     """The model's network on the CPU, in ``dtype`` (the backend moves it to its device)."""
-    from transformers import AutoModel, AutoModelForSequenceClassification
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    auto = AutoModel if model.backbone == "encoder" else AutoModelForSequenceClassification
+    auto = {"encoder": AutoModel, "causal-lm": AutoModelForCausalLM}.get(
+        model.backbone, AutoModelForSequenceClassification
+    )
     try:
-        return auto.from_pretrained(
+        net = auto.from_pretrained(
             str(model.path),
             dtype=dtype,
             attn_implementation=attention,
             trust_remote_code=model.spec.trust_remote_code,
         )
     except ValueError:  # architectures without an SDPA kernel in transformers
-        return auto.from_pretrained(
+        net = auto.from_pretrained(
             str(model.path), dtype=dtype, trust_remote_code=model.spec.trust_remote_code
         )
+    if model.llm is not None:  # an LLM reranker: the decoder and its answer tokens' rows
+        from ember.backends.torch_causal import AnswerTokenScorer
+
+        return AnswerTokenScorer(net, model.llm.token_ids)
+    return net
 
 
 # Networks loaded ahead on the CPU (``preload_weights``), by model directory and dtype.

@@ -261,14 +261,18 @@ class Engine:
         raw_scores: bool = False,
         truncate: bool = True,
         modality: Modality = "text",
+        instruction: str | None = None,
     ) -> Result:
-        """One score per document: a cross-encoder's (sigmoid unless raw), or MaxSim's.
-        ``modality`` says what the documents are (page images for ColPali); the query is
-        text."""
+        """One score per document: a cross-encoder's or an LLM reranker's (sigmoid unless
+        raw), or MaxSim's. ``modality`` says what the documents are (page images for
+        ColPali); the query is text. ``instruction`` replaces an LLM reranker's own."""
         self._loaded()
         processor = self.processor
         assert processor is not None
-        if self.kind.require_scoring(self.name) == "maxsim":
+        scoring = self.kind.require_scoring(self.name)
+        if instruction is not None:
+            self.kind.require_instruction(self.name)
+        if scoring == "maxsim":
             docs = list(documents)
             if modality != "text":
                 self.kind.require_modality(modality, self.name)
@@ -293,9 +297,12 @@ class Engine:
         if modality != "text":
             self.kind.require_modality(modality, self.name)
         pairs = [(query, doc) for doc in documents]
+        encode = partial(processor.encode_pairs, pairs, truncate=truncate)
+        if instruction is not None:  # an instructed kind's processor takes it
+            encode = partial(encode, instruction=instruction)
         rows, result = await self._run(
             self._prepare.tokenizing(
-                lambda: processor.encode_pairs(pairs, truncate=truncate),
+                encode,
                 len(query) * len(pairs) + sum(map(len, documents)),
             ),
             "logits",

@@ -10,7 +10,7 @@ import numpy as np
 from ember.capabilities import Output
 from ember.errors import ConfigError
 from ember.heads.base import Head
-from ember.heads.dense import DenseHead, LogitsHead, Projection
+from ember.heads.dense import AnswerTokensHead, DenseHead, LogitsHead, Projection
 from ember.heads.media import TokenVectorsHead, TowerHead
 from ember.heads.multivector import MultiVectorHead
 from ember.heads.sparse import LexicalWeightsHead, MlmHead, SpladeHead
@@ -141,6 +141,7 @@ BUILDERS: dict[str, Callable[[ResolvedModel], dict[Output, Head]]] = {
     "dense": _dense_heads,
     "cross-encoder": lambda m: {"logits": LogitsHead()},
     "classifier": lambda m: {"logits": LogitsHead()},
+    "llm-reranker": lambda m: {"logits": AnswerTokensHead()},
     "colbert": _colbert_heads,
     "splade": lambda m: {"sparse": SpladeHead(load_mlm_head(m))},
     "bge-m3": _bge_m3_heads,

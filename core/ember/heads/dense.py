@@ -79,3 +79,20 @@ class LogitsHead:
         self, outputs: dict[str, np.ndarray], batch: TokenBatch, rows: Sequence[int]
     ) -> list[np.ndarray]:
         return list(select(outputs[LOGITS], rows))
+
+
+@dataclass(frozen=True)
+class AnswerTokensHead:
+    """An LLM reranker's score logit, from its answer tokens' logits (positive first):
+    positive - negative, the log-odds whose sigmoid is the softmax over the two (Qwen3-Reranker,
+    mxbai-rerank-v2), or the positive logit alone (bge-reranker-v2-gemma). One value per
+    input, as a one-label cross-encoder's logit, so rerank scores it the same way."""
+
+    output: Literal["logits"] = "logits"
+
+    def split(
+        self, outputs: dict[str, np.ndarray], batch: TokenBatch, rows: Sequence[int]
+    ) -> list[np.ndarray]:
+        logits = select(outputs[LOGITS], rows).astype(np.float64)
+        score = logits[:, 0] - logits[:, 1] if logits.shape[1] == 2 else logits[:, 0]
+        return list(score[:, None])

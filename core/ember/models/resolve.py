@@ -17,6 +17,7 @@ from typing import Any
 from ember.capabilities import KINDS, kind_for_task
 from ember.config import DEFAULT_MODEL_NAME
 from ember.errors import ConfigError
+from ember.models import llm_rerankers
 from ember.models.remote_code import check_remote_code
 from ember.models.spec import (
     Activation,
@@ -392,6 +393,12 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
     check_remote_code(config, served_name, spec.trust_remote_code)
     if media := detect_media_kind(config):
         return _resolve_media(spec, root, served_name, config, media)
+    names = llm_rerankers.model_names(spec.model_id, root, config)
+    pooled = modules.pooling is not None or spec.pooling is not None
+    if family := llm_rerankers.detect(config, names, spec.task, pooled, served_name):
+        return _resolve_llm(spec, root, served_name, hf_dir, config, family)
+    if spec.instruction is not None:
+        log.warning("--instruction is for LLM rerankers; %s is not one: ignored", served_name)
     detected, num_labels, id2label = detect_task(config)
     task: Task = spec.task or detected
     if task in ("rerank", "classify") and detected == "embed":
@@ -464,4 +471,34 @@ def _resolve_media(
         config=config,
         kind=KINDS[kind_name],
         root=root,
+    )
+
+
+def _resolve_llm(
+    spec: ModelSpec,
+    root: Path,
+    served_name: str,
+    hf_dir: Path,
+    config: dict,
+    family: llm_rerankers.LlmFamily,
+) -> ResolvedModel:
+    """A causal LM served as its family's reranker: the template, instruction and answer
+    tokens are the family's (``ember.models.llm_rerankers``), the network the LM's."""
+    return ResolvedModel(
+        spec=replace(spec, task="rerank"),
+        path=hf_dir,
+        served_name=served_name,
+        task="rerank",
+        architecture=family.architecture,
+        model_type=family.model_type,
+        hidden_size=int(config.get("hidden_size") or 0),
+        max_length=_max_length(root, hf_dir, config),
+        pooling="last",  # unused: the backend reads each input's last position itself
+        normalize=False,
+        num_labels=1,
+        activation="sigmoid",
+        config=config,
+        kind=KINDS["llm-reranker"],
+        root=root,
+        llm=llm_rerankers.llm_reranker(family, hf_dir, spec.instruction),
     )

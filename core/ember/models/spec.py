@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from ember.capabilities import Backbone, ModelKind
     from ember.media.limits import MediaLimits
+    from ember.models.llm_rerankers import LlmReranker
 
 Task = Literal["embed", "rerank", "classify"]
 # What turns a classifier's logits into label scores (transformers' text-classification
@@ -57,6 +58,7 @@ class ModelSpec:
     neuron_auto_cast: str | None = None  # none|matmul|all; None: not cast (float32)
     neuron_cores: int | None = None  # None: the count given at export, else the visible
     media: MediaLimits | None = None  # fetching and decoding limits; None: the defaults
+    instruction: str | None = None  # an LLM reranker's; None: its family's default
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,8 @@ class ResolvedModel:
     pooling_modes: tuple[Pooling, ...] = ()
     include_prompt: bool = True
     dense_layers: tuple[DenseLayer, ...] = ()
+    # An LLM reranker's family, instruction and answer tokens (ember.models.llm_rerankers).
+    llm: LlmReranker | None = None
 
     def __post_init__(self) -> None:
         from ember.capabilities import KINDS, kind_for_task

@@ -59,4 +59,8 @@ def build_processor(model: ResolvedModel, max_length: int | None = None) -> Text
         from ember.processors.colbert import ColbertTokenizer
 
         return ColbertTokenizer(model, max_length)
+    if model.kind.processor == "llm-rerank":
+        from ember.processors.llm_rerank import LlmRerankTokenizer
+
+        return LlmRerankTokenizer(model, max_length)
     return TextTokenizer(model, max_length)

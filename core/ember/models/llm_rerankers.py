@@ -1,0 +1,193 @@
+"""LLM rerankers: causal LMs that score a (query, document) pair by the logits of their
+answer tokens at the last position of a prompt template.
+
+Each family is one row of ``FAMILIES``: its architecture, the answer tokens, the default
+instruction and length budget of the reference that documents it (the model card, or the
+model's own package), and what a model id that names it contains. The prompt each builds is
+in ``ember.processors.llm_rerank``; backends compute only the answer tokens' rows of the LM
+head (``ember.backends.torch_causal``), never the whole vocabulary (151,669 rows for
+Qwen3-Reranker, 256,000 for Gemma).
+
+A causal LM's files do not say that it reranks (Qwen3-Reranker-0.6B and Qwen3-0.6B have the
+same config and tokenizer), so a family is served when the model id names it or
+``--task rerank`` asks for it; any other causal LM of these architectures without a pooling
+config is refused with both ways to serve it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ember.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# Qwen3-Reranker's model card: the instruction when none is given.
+QWEN3_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
+# FlagEmbedding's LLM reranker (BaseLLMReranker): the prompt when none is given.
+FLAG_LLM_PROMPT = (
+    "Given a query A and a passage B, determine whether the passage contains an answer to "
+    "the query by providing a prediction of either 'Yes' or 'No'."
+)
+
+
+@dataclass(frozen=True)
+class LlmFamily:
+    """One LLM reranker family, as its reference scores it.
+
+    The score logit is ``logit(positive) - logit(negative)`` (a softmax over the two is the
+    sigmoid of it), or ``logit(positive)`` alone where there is no negative token.
+    ``max_length`` is the reference's default length budget (``ember.processors.llm_rerank``
+    says what it bounds in each template).
+    """
+
+    name: str
+    architecture: str  # config.json architectures[0]
+    model_type: str
+    example: str  # a checkpoint of the family
+    marker: str  # what a model id of the family contains (lowercase)
+    positive: str
+    negative: str | None
+    instruction: str | None  # the default; None: the template has no instruction line
+    max_length: int
+    reference: str  # where the template and scoring are documented
+
+
+FAMILIES: tuple[LlmFamily, ...] = (
+    LlmFamily(
+        "qwen3-reranker",
+        "Qwen3ForCausalLM",
+        "qwen3",
+        "Qwen/Qwen3-Reranker-0.6B",
+        "qwen3-reranker",
+        "yes",
+        "no",
+        QWEN3_INSTRUCTION,
+        8192,
+        "the Qwen3-Reranker model card",
+    ),
+    LlmFamily(
+        "mxbai-rerank-v2",
+        "Qwen2ForCausalLM",
+        "qwen2",
+        "mixedbread-ai/mxbai-rerank-base-v2",
+        "mxbai-rerank",
+        "1",
+        "0",
+        None,
+        8192,
+        "the mxbai-rerank package (MxbaiRerankV2)",
+    ),
+    LlmFamily(
+        "bge-reranker-v2-gemma",
+        "GemmaForCausalLM",
+        "gemma",
+        "BAAI/bge-reranker-v2-gemma",
+        "bge-reranker-v2-gemma",
+        "Yes",
+        None,
+        FLAG_LLM_PROMPT,
+        512,
+        "FlagEmbedding's FlagLLMReranker",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class LlmReranker:
+    """What serving one LLM reranker needs: its family, the instruction it is served with
+    (``--instruction``, else the family's), and the ids of its answer tokens (positive
+    first), the rows of the LM head the backends compute."""
+
+    family: LlmFamily
+    instruction: str | None
+    token_ids: tuple[int, ...]
+
+
+def _family_for(config: dict) -> LlmFamily | None:
+    archs = config.get("architectures") or []
+    arch = archs[0] if archs else ""
+    model_type = str(config.get("model_type", ""))
+    for family in FAMILIES:
+        if family.architecture == arch and family.model_type == model_type:
+            return family
+    return None
+
+
+def model_names(model_id: str, root: Path, config: dict) -> list[str]:
+    """What a model is called, lowercase: its id, its directory (a hub cache's
+    ``models--org--name`` above the snapshot), and the ``_name_or_path`` it was saved from."""
+    names = [model_id, root.name, str(config.get("_name_or_path") or "")]
+    if root.parent.name == "snapshots":
+        names.append(root.parent.parent.name.replace("--", "/"))
+    return [n.lower() for n in names if n]
+
+
+def detect(
+    config: dict, names: Sequence[str], task: str | None, pooled: bool, served_name: str
+) -> LlmFamily | None:
+    """The LLM reranker family a model is, or None when it is not one.
+
+    A causal LM of a family's architecture is that reranker when a name says so or
+    ``--task rerank`` asks; served as an embedder with ``--task embed`` or a pooling
+    config; refused otherwise, since its files cannot tell the two apart.
+    """
+    archs = config.get("architectures") or []
+    arch = archs[0] if archs else ""
+    if not arch.endswith("ForCausalLM") or task in ("embed", "classify") or pooled:
+        return None
+    family = _family_for(config)
+    if family is None:
+        if task == "rerank":
+            known = ", ".join(f"{f.architecture} ({f.name})" for f in FAMILIES)
+            raise ConfigError(
+                f"--task rerank: {served_name} is a {arch} ({config.get('model_type', '?')}), "
+                f"a causal LM Ember has no reranker template for; LLM rerankers: {known}"
+            )
+        return None
+    if task == "rerank" or any(family.marker in name for name in names):
+        return family
+    raise ConfigError(
+        f"{served_name} is a {arch} without a sentence-transformers pooling config: an LLM "
+        f"reranker or a decoder its files do not say; pass --task rerank to serve it as "
+        f"{family.name} ({family.example}'s template), or --pooling last to embed with it"
+    )
+
+
+def answer_token_ids(family: LlmFamily, tokenizer_dir: Path) -> tuple[int, ...]:
+    """The ids of the family's answer tokens in the model's own tokenizer, each of which
+    must be one token (as the reference takes the first id of its encoding)."""
+    from tokenizers import Tokenizer
+
+    file = tokenizer_dir / "tokenizer.json"
+    if not file.is_file():
+        raise ConfigError(f"{tokenizer_dir} has no tokenizer.json; {family.name} needs one")
+    tok = Tokenizer.from_file(str(file))
+    ids = []
+    for token in (family.positive, family.negative):
+        if token is None:
+            continue
+        encoded = tok.encode(token, add_special_tokens=False).ids
+        if len(encoded) != 1:
+            raise ConfigError(
+                f"{tokenizer_dir}: the tokenizer encodes {token!r} as {len(encoded)} tokens "
+                f"({encoded}); {family.name} scores by it as one token: not a {family.name} "
+                "tokenizer"
+            )
+        ids.append(encoded[0])
+    return tuple(ids)
+
+
+def llm_reranker(family: LlmFamily, tokenizer_dir: Path, instruction: str | None) -> LlmReranker:
+    """The family with its answer tokens and the instruction it is served with."""
+    log.info(
+        "%s: LLM reranker %s, prompt and scoring of %s",
+        tokenizer_dir,
+        family.name,
+        family.reference,
+    )
+    chosen = instruction if instruction is not None else family.instruction
+    return LlmReranker(family, chosen, answer_token_ids(family, tokenizer_dir))
