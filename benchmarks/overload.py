@@ -358,7 +358,9 @@ async def main() -> None:
     process = None
     url = args.url
     if args.launch or not url:
+        started = time.perf_counter()
         url, process = launch(args)
+        say("ready", {"url": url, "after_s": round(time.perf_counter() - started, 1)})
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     parsed = urlparse(url)
     host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
