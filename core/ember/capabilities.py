@@ -16,10 +16,21 @@ from ember.errors import BadRequest
 # What the network of a model computes, and so what a backend loads and returns:
 # an encoder's token states, a sequence classifier's logits (ember.backends.base), a
 # dual encoder's projected embedding per input (CLIP, SigLIP, CLAP: one tower per
-# modality), a retrieval VLM's projected token vectors (ColPali, ColQwen2), or a causal
-# LM's logits of a few vocabulary rows at each input's last position (an LLM reranker's
+# modality), a retrieval VLM's projected token vectors (ColPali, ColQwen2), a static
+# table of one vector or weight per token id and no network (StaticEmbedding,
+# SparseStaticEmbedding: ember.backends.static_backend), or a sentence-transformers Router,
+# whose routes each have their own (ember.backends.router). A causal LM returns the
+# logits of a few vocabulary rows at each input's last position (an LLM reranker's
 # answer tokens: ember.backends.torch_causal).
-Backbone = Literal["encoder", "sequence-classifier", "dual-encoder", "retrieval-vlm", "causal-lm"]
+Backbone = Literal[
+    "encoder",
+    "sequence-classifier",
+    "dual-encoder",
+    "retrieval-vlm",
+    "static",
+    "router",
+    "causal-lm",
+]
 
 # Backbones of media models: loaded by their own classes; torch serves them all, onnx CLIP
 # and SigLIP (ember.backends.registry: media_kinds).
@@ -175,6 +186,19 @@ KINDS: dict[str, ModelKind] = {
         ),
         # A SPLADE SparseEncoder: token states -> MLM head -> log(1 + relu) -> max.
         ModelKind("splade", "encoder", ("sparse",), exportable=False),
+        # sentence-transformers StaticEmbedding (static-retrieval-mrl-en-v1, model2vec): the
+        # mean of a vector per token id, its tokenizer without special tokens.
+        ModelKind("static", "static", ("dense",), processor="static-text", exportable=False),
+        # SparseStaticEmbedding: a weight per token id present (the IDF query side of the
+        # OpenSearch inference-free sparse models).
+        ModelKind(
+            "sparse-static", "static", ("sparse",), processor="static-text", exportable=False
+        ),
+        # A sentence-transformers Router: queries and documents through routes of their own
+        # (a StaticEmbedding or IDF query side, a transformer document side), picked by
+        # input_type / prompt_name as ColBERT's sides are.
+        ModelKind("router", "router", ("dense",), processor="router", exportable=False),
+        ModelKind("sparse-router", "router", ("sparse",), processor="router", exportable=False),
         # BGE-M3: dense (CLS), sparse (sparse_linear) and ColBERT (colbert_linear) heads
         # over one forward; it reranks by MaxSim on its ColBERT vectors.
         ModelKind(

@@ -88,7 +88,8 @@ class ServerSettings(BaseSettings):
     )
     backend: str | None = _per_model(
         f"{'|'.join(BACKENDS)}; auto is onnx on CPU when onnxruntime is installed, "
-        "else torch (an `ember export` directory: the backend that wrote it).",
+        "else torch; numpy for static embeddings (an `ember export` directory: the backend "
+        "that wrote it).",
         "auto",
     )
     device: str | None = _per_model("auto|cpu|cuda|mps.", "auto")

@@ -72,8 +72,8 @@ def input_type_options(engine: Engine, input_type: str | None) -> dict[str, Any]
     if input_type is None:
         return {}
     prompts = engine.model.prompts if engine.model is not None else {}
-    return {
-        "query": input_type == "search_query",
+    return {  # the side: query, document, or neither (a Router's default route)
+        "query": {"search_query": True, "search_document": False}.get(input_type),
         "prompt_name": prompt_for(input_type, prompts),
     }
 

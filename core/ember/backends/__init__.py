@@ -11,6 +11,7 @@ from ember.backends.registry import (
     EXPORTERS,
     REGISTRY,
     backend_module,
+    dedicated_backend,
     entry,
     import_backend,
 )
@@ -30,12 +31,57 @@ def _load(name: str, model: ResolvedModel) -> Backend:
     return backend_module(name).load(model)
 
 
+def _check_serves(model: ResolvedModel, name: str) -> None:
+    """Refuse, in one line, a backend asked for that cannot run the model's kind."""
+    kind = model.kind.name if model.kind else "?"
+    dedicated = dedicated_backend(kind)
+    if dedicated is not None and name != dedicated:
+        raise ConfigError(
+            f"model {model.served_name!r} is a {kind} model, which --backend {dedicated} alone "
+            f"serves (it has no network for {name} to run): use --backend {dedicated} or auto"
+        )
+    only = entry(name).only_kinds
+    if only and kind not in only:
+        others = ", ".join(e.name for e in REGISTRY.values() if not e.only_kinds)
+        raise ConfigError(
+            f"--backend {name} serves {' and '.join(only)} models only; model "
+            f"{model.served_name!r} is a {kind} model: use --backend auto or one of {others}"
+        )
+
+
+def _load_routes(model: ResolvedModel) -> Backend:
+    """A sentence-transformers Router: each route loaded as a model of its own, on the
+    backend asked for, or on the one backend that alone serves its kind (numpy for a
+    StaticEmbedding or IDF route, whatever the transformer route runs on)."""
+    from ember.backends.router import RouterBackend
+
+    assert model.routes is not None
+    loaded: dict[str, Backend] = {}
+    try:
+        for route, sub in model.routes.models.items():
+            dedicated = dedicated_backend(sub.kind.name if sub.kind else "?")
+            if dedicated is not None:
+                sub = replace(sub, spec=replace(sub.spec, backend=dedicated))
+            loaded[route] = load_backend(sub)
+    except BaseException:
+        for backend in loaded.values():
+            backend.close()
+        raise
+    routes = model.routes.models
+    networks = [r for r, s in routes.items() if s.kind and not dedicated_backend(s.kind.name)]
+    main = model.routes.document or model.routes.default
+    return RouterBackend(loaded, main if main in networks or not networks else networks[0])
+
+
 def load_backend(model: ResolvedModel) -> Backend:
     # Imported here, not above: ember.config reads the registry through this package,
     # and the chooser reads artifacts, which read ember.config.
     from ember.backends.choice import AUTO, choose_backend
 
+    if model.routes is not None:
+        return _load_routes(model)
     if model.spec.backend != AUTO:
+        _check_serves(model, model.spec.backend)
         if model.backbone in MEDIA_BACKBONES and model.spec.backend != "torch":
             kind = model.kind.name if model.kind else "media"
             if kind not in entry(model.spec.backend).media_kinds:
@@ -52,7 +98,7 @@ def load_backend(model: ResolvedModel) -> Backend:
     try:
         backend = _load(choice.backend, replace(model, spec=spec))
     except Exception as exc:
-        if choice.backend == "torch" or choice.exported:
+        if choice.backend == "torch" or choice.exported or choice.only:
             raise
         # What auto picked for speed failed where torch may not: serve, and say why.
         failure = f"{type(exc).__name__}: {str(exc)[:300]}"

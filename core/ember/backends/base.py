@@ -38,8 +38,9 @@ class TokenBatch:
     wants outputs for (ColBERT's query expansion). ``keep`` is, per row, the positions a
     multi-vector output keeps when not all of them (ColBERT's document skiplist).
     ``pool_from`` is, per row, the positions before it a dense head leaves out of pooling
-    (a prompt's, for a Pooling with ``include_prompt: false``). Backends read only the
-    three arrays.
+    (a prompt's, for a Pooling with ``include_prompt: false``). ``route`` is the
+    sentence-transformers Router route every row of the batch takes (None: no Router).
+    Backends read only the three arrays (a Router's, the route).
     """
 
     input_ids: np.ndarray
@@ -48,6 +49,7 @@ class TokenBatch:
     lengths: np.ndarray | None = None
     keep: tuple[tuple[int, ...] | None, ...] | None = None
     pool_from: np.ndarray | None = None
+    route: str | None = None
 
     def row_lengths(self) -> np.ndarray:
         if self.lengths is not None:

@@ -39,7 +39,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from ember.backends import artifacts
-from ember.backends.registry import REGISTRY
+from ember.backends.registry import REGISTRY, dedicated_backend
 from ember.capabilities import MEDIA_BACKBONES
 from ember.models.spec import ResolvedModel
 
@@ -55,6 +55,7 @@ class Choice:
     reason: str
     device: str | None = None  # pinned device, where the reason decided it
     exported: bool = False  # an `ember export` directory: no fallback makes sense
+    only: bool = False  # the one backend that serves the model's kind: no fallback either
 
 
 def accelerator_visible() -> str | None:
@@ -104,6 +105,12 @@ def choose_backend(model: ResolvedModel, accelerator: str | None = None) -> Choi
         reason = f"the directory is an `ember export --backend {exported}` artifact"
         return Choice(exported, reason, exported=True)
     kind = model.kind.name if model.kind else "media"
+    if model.routes is not None:  # a Router: what its network routes run on
+        models = model.routes.models.values()
+        networks = [m for m in models if m.kind and not dedicated_backend(m.kind.name)]
+        return choose_backend((networks or list(models))[0], accelerator)
+    if dedicated := dedicated_backend(kind):
+        return Choice(dedicated, f"{kind} models run on {dedicated} alone", "cpu", only=True)
     if model.backbone in MEDIA_BACKBONES and kind not in AUTO_ONNX_MEDIA:
         return Choice("torch", f"{kind} models run on torch")
     if model.backbone == "causal-lm" and spec.dtype != "int8":  # see the module docstring

@@ -36,6 +36,8 @@ class BackendEntry:
     export_subdir: str = ""
     # Media kinds (capabilities.KINDS) it serves besides torch, which serves them all.
     media_kinds: tuple[str, ...] = ()
+    # The kinds it alone serves, and it nothing else (numpy: tables with no network).
+    only_kinds: tuple[str, ...] = ()
 
 
 REGISTRY: dict[str, BackendEntry] = {
@@ -62,11 +64,22 @@ REGISTRY: dict[str, BackendEntry] = {
             ("optimum.neuron",),
             exporter="ember.backends.neuron_export",
         ),
+        BackendEntry(
+            "numpy",
+            "ember.backends.static_backend",
+            ("numpy",),
+            only_kinds=("static", "sparse-static"),  # StaticEmbedding, SparseStaticEmbedding
+        ),
     )
 }
 
 BACKEND_NAMES: tuple[str, ...] = tuple(REGISTRY)
 EXPORTERS: tuple[str, ...] = tuple(e.name for e in REGISTRY.values() if e.exporter)
+
+
+def dedicated_backend(kind: str) -> str | None:
+    """The backend that alone serves models of ``kind``, if one does."""
+    return next((e.name for e in REGISTRY.values() if kind in e.only_kinds), None)
 
 
 def entry(name: str) -> BackendEntry:

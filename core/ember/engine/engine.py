@@ -192,12 +192,14 @@ class Engine:
         truncate: bool = True,
         truncation_direction: Direction = "right",
         prompt_name: str | None = None,
-        query: bool = False,
+        query: bool | None = None,
         modality: Modality = "text",
     ) -> Result:
         """Embeddings of ``output`` kind (default: the model's first). ``query`` asks for
-        query-side encoding where a model has one (ColBERT's markers and expansion).
-        ``modality`` image or audio: ``inputs`` are URLs, data: URIs or raw bytes."""
+        query-side (True) or document-side (False) encoding where a model has sides
+        (ColBERT's markers and expansion, a Router's routes); None: neither said (a Router's
+        default route; a document elsewhere). ``modality`` image or audio: ``inputs`` are
+        URLs, data: URIs or raw bytes."""
         model = self._loaded()
         kind = self.kind
         output = output or kind.embedding
@@ -226,7 +228,9 @@ class Engine:
             job = lambda: processor.from_ids(items, truncate=truncate, query=query)  # noqa: E731
         else:
             if processor.encodes_queries and prompt_name in ("query", "document"):
-                query, prompt_name = prompt_name == "query", None
+                query = prompt_name == "query"  # the side; a Router applies its prompt too
+                if not (processor.side_prompts and prompt_name in model.prompts):
+                    prompt_name = None
             texts = self.with_prompt(items, prompt_name)  # type: ignore[arg-type]
             encode = partial(
                 processor.encode,

@@ -10,10 +10,11 @@ import numpy as np
 from ember.capabilities import Output
 from ember.errors import ConfigError
 from ember.heads.base import Head
-from ember.heads.dense import AnswerTokensHead, DenseHead, LogitsHead, Projection
+from ember.heads.dense import AnswerTokensHead, DenseHead, LogitsHead, PooledHead, Projection
 from ember.heads.media import TokenVectorsHead, TowerHead
 from ember.heads.multivector import MultiVectorHead
-from ember.heads.sparse import LexicalWeightsHead, MlmHead, SpladeHead
+from ember.heads.router import RoutedHead
+from ember.heads.sparse import LexicalWeightsHead, MlmHead, SpladeHead, VocabularyWeightsHead
 from ember.models.spec import DenseLayer, ResolvedModel
 from ember.models.weights import read_checkpoint, read_tensors
 from ember.processors.text import declared_token_ids, load_tokenizer
@@ -124,6 +125,23 @@ def _dense_heads(model: ResolvedModel) -> dict[Output, Head]:
     return {"dense": DenseHead(model.poolings, model.include_prompt, projections)}
 
 
+def _splade_heads(model: ResolvedModel) -> dict[Output, Head]:
+    log_twice = model.sparse_activation == "log1p_relu"
+    return {"sparse": SpladeHead(load_mlm_head(model), log_twice=log_twice)}
+
+
+def _router_heads(model: ResolvedModel) -> dict[Output, Head]:
+    """Each route's heads, built from its own files; one RoutedHead per output."""
+    assert model.routes is not None and model.kind is not None
+    routes = model.routes.models
+    built = {name: build_heads(sub) for name, sub in routes.items()}
+    normalized = frozenset(name for name, sub in routes.items() if sub.normalize)
+    return {
+        output: RoutedHead(output, {r: heads[output] for r, heads in built.items()}, normalized)
+        for output in model.kind.outputs
+    }
+
+
 def _bge_m3_heads(model: ResolvedModel) -> dict[Output, Head]:
     assert model.root is not None
     colbert = read_tensors(model.root / "colbert_linear.pt")
@@ -143,7 +161,11 @@ BUILDERS: dict[str, Callable[[ResolvedModel], dict[Output, Head]]] = {
     "classifier": lambda m: {"logits": LogitsHead()},
     "llm-reranker": lambda m: {"logits": AnswerTokensHead()},
     "colbert": _colbert_heads,
-    "splade": lambda m: {"sparse": SpladeHead(load_mlm_head(m))},
+    "splade": _splade_heads,
+    "static": lambda m: {"dense": PooledHead(tuple(map(_projection, m.dense_layers)))},
+    "sparse-static": lambda m: {"sparse": VocabularyWeightsHead()},
+    "router": _router_heads,
+    "sparse-router": _router_heads,
     "bge-m3": _bge_m3_heads,
     "clip": lambda m: {"dense": TowerHead()},
     "siglip": lambda m: {"dense": TowerHead()},

@@ -9,7 +9,7 @@ from typing import Literal
 
 import numpy as np
 
-from ember.backends.base import LOGITS, TOKEN_STATES, TokenBatch
+from ember.backends.base import EMBEDDINGS, LOGITS, TOKEN_STATES, TokenBatch
 from ember.heads.base import attention, select
 from ember.heads.pooling import pool_modes
 from ember.models.spec import Pooling
@@ -64,6 +64,23 @@ class DenseHead:
         if not self.include_prompt and batch.pool_from is not None:
             skip = select(batch.pool_from, rows)
         pooled = pool_modes(states, mask, modes, skip)
+        for project in self.projections:
+            pooled = project(pooled)
+        return list(pooled)
+
+
+@dataclass(frozen=True)
+class PooledHead:
+    """A vector per input the backend already pooled (StaticEmbedding's mean of its token
+    vectors), then the pipeline's Dense layers."""
+
+    projections: tuple[Projection, ...] = ()
+    output: Literal["dense"] = "dense"
+
+    def split(
+        self, outputs: dict[str, np.ndarray], batch: TokenBatch, rows: Sequence[int]
+    ) -> list[np.ndarray]:
+        pooled = select(outputs[EMBEDDINGS], rows)
         for project in self.projections:
             pooled = project(pooled)
         return list(pooled)

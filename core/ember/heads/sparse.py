@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from ember.backends.base import TOKEN_STATES, TokenBatch
+from ember.backends.base import EMBEDDINGS, TOKEN_STATES, TokenBatch
 from ember.heads.base import attention
 
 
@@ -74,8 +74,12 @@ class MlmHead:
 
 @dataclass(frozen=True)
 class SpladeHead:
+    """``log_twice``: SpladePooling's ``log1p_relu`` (OpenSearch's), log1p(log1p(relu)),
+    taken after the max, which it commutes with."""
+
     mlm: MlmHead
     output: Literal["sparse"] = "sparse"
+    log_twice: bool = False
 
     def split(
         self, outputs: dict[str, np.ndarray], batch: TokenBatch, rows: Sequence[int]
@@ -86,8 +90,23 @@ class SpladeHead:
         for row in rows:
             real = states[row][mask[row] > 0]
             weights = np.log1p(np.maximum(self.mlm.logits(real), 0)).max(axis=0)
+            if self.log_twice:
+                weights = np.log1p(weights)
             results.append(SparseVector.from_dense(weights))
         return results
+
+
+@dataclass(frozen=True)
+class VocabularyWeightsHead:
+    """A row of weights over the vocabulary that the backend computed (a
+    SparseStaticEmbedding's IDF lookup) -> its nonzero entries."""
+
+    output: Literal["sparse"] = "sparse"
+
+    def split(
+        self, outputs: dict[str, np.ndarray], batch: TokenBatch, rows: Sequence[int]
+    ) -> list[SparseVector]:
+        return [SparseVector.from_dense(outputs[EMBEDDINGS][row]) for row in rows]
 
 
 @dataclass(frozen=True)

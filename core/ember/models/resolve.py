@@ -25,6 +25,8 @@ from ember.models.spec import (
     ModelSpec,
     Pooling,
     ResolvedModel,
+    Routes,
+    SparseActivation,
     Task,
 )
 
@@ -115,8 +117,10 @@ class StModules:
     transformer_dir: Path
     pooling: StPooling | None = None
     normalize: bool = False
-    kind: str | None = None  # "colbert" or "splade" when the modules say so
+    # "colbert", "splade", "static", "sparse-static" or "router" when the modules say so
+    kind: str | None = None
     dense: tuple[Path, ...] = ()  # sentence-transformers Dense modules' directories
+    sparse_activation: SparseActivation = "relu"  # SpladePooling's
 
 
 # Module types by the last part of their class path (sentence_transformers.models.* in 5.x,
@@ -124,24 +128,44 @@ class StModules:
 # other module is refused.
 _COLBERT_MODULES = ("pylate.models.Dense", "pylate.models.Dense.Dense")
 _SPARSE_MODULES = ("MLMTransformer", "SpladePooling")
+# Input modules that are no transformer: the kind of model each makes. Their directory holds
+# what they read (the tokenizer and table; a Router's router_config.json and routes).
+_TABLE_MODULES = {"StaticEmbedding": "static", "SparseStaticEmbedding": "sparse-static"}
+STATIC_KINDS = tuple(_TABLE_MODULES.values())
+_INPUT_MODULES = {**_TABLE_MODULES, "Router": "router"}
 
 
 def _st_modules(root: Path) -> StModules:
     modules = _read_json(root / "modules.json")
     if not modules:
         return StModules(root)
+    entries = [(str(m.get("type", "")), root / m.get("path", "")) for m in modules]
+    return _st_pipeline(root, entries, root / "modules.json")
+
+
+def _st_pipeline(root: Path, entries: list[tuple[str, Path]], where: Path) -> StModules:
+    """One pipeline's modules in order (modules.json's, or a Router route's), each a
+    (type, directory) pair; ``where`` names the file that lists them, for errors."""
     transformer_dir, pooling, normalize, kind = root, None, False, None
     dense: list[Path] = []
-    for module in modules:
-        full = str(module.get("type", ""))
+    activation: SparseActivation = "relu"
+    for index, (full, mpath) in enumerate(entries):
         name = full.rsplit(".", 1)[-1]
-        mpath = root / module.get("path", "")
-        if name in ("Transformer", "MLMTransformer"):
-            transformer_dir = mpath if module.get("path") else root
+        if name in _INPUT_MODULES:
+            if index:
+                raise ConfigError(f"{where}: {name} must be the first module (it reads the text)")
+            transformer_dir, kind = mpath, _INPUT_MODULES[name]
+        elif kind == "router" and name != "Normalize":
+            raise ConfigError(
+                f"{where}: a {name} module after a Router is not supported; Ember serves a "
+                "Router alone or followed by Normalize"
+            )
+        elif name in ("Transformer", "MLMTransformer"):
+            transformer_dir = mpath
             if name == "MLMTransformer":
                 kind = "splade"
         elif name == "SpladePooling":
-            _check_splade_pooling(_read_json(mpath / "config.json") or {}, mpath)
+            activation = _check_splade_pooling(_read_json(mpath / "config.json") or {}, mpath)
             kind = "splade"
         elif full in _COLBERT_MODULES or (full.startswith("pylate.") and name == "Dense"):
             kind = "colbert"
@@ -158,20 +182,22 @@ def _st_modules(root: Path) -> StModules:
             normalize = True
         else:
             raise ConfigError(
-                f"sentence-transformers module {name!r} in {root / 'modules.json'} is not "
-                "supported yet; Ember serves Transformer + Pooling (+ Dense, Normalize) models, "
-                "PyLate ColBERT and SPLADE SparseEncoder models"
+                f"sentence-transformers module {name!r} in {where} is not supported yet; "
+                "Ember serves Transformer + Pooling (+ Dense, Normalize) models, "
+                "StaticEmbedding, Router, PyLate ColBERT and SPLADE SparseEncoder models"
             )
-    return StModules(transformer_dir, pooling, normalize, kind, tuple(dense))
+    return StModules(transformer_dir, pooling, normalize, kind, tuple(dense), activation)
 
 
-def _check_splade_pooling(cfg: dict, path: Path) -> None:
+def _check_splade_pooling(cfg: dict, path: Path) -> SparseActivation:
     strategy = cfg.get("pooling_strategy", "max")
     act = cfg.get("activation_function", "relu")
-    if strategy != "max" or act != "relu":
+    if strategy != "max" or act not in ("relu", "log1p_relu"):
         raise ConfigError(
-            f"{path}: SpladePooling {strategy}/{act} is not supported; Ember serves max/relu"
+            f"{path}: SpladePooling {strategy}/{act} is not supported; Ember serves max with "
+            "relu or log1p_relu"
         )
+    return "relu" if act == "relu" else "log1p_relu"
 
 
 # sentence-transformers' mode names -> Ember's, in the order its Pooling concatenates the
@@ -386,6 +412,17 @@ def _max_length(root: Path, hf_dir: Path, config: dict) -> int:
 def resolve_model(spec: ModelSpec) -> ResolvedModel:
     root, served_name = locate(spec)
     modules = _st_modules(root)
+    if modules.kind == "router":
+        return _resolve_router(spec, root, served_name, modules)
+    if modules.kind in STATIC_KINDS:
+        return _resolve_static(spec, root, served_name, modules)
+    return _resolve_pipeline(spec, root, served_name, modules)
+
+
+def _resolve_pipeline(
+    spec: ModelSpec, root: Path, served_name: str, modules: StModules
+) -> ResolvedModel:
+    """A transformer and what follows it: the whole model, or one Router route."""
     hf_dir, normalize = modules.transformer_dir, modules.normalize
     config = _read_json(hf_dir / "config.json")
     if config is None:
@@ -446,6 +483,7 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
         pooling_modes=modes if len(modes) > 1 else (),
         include_prompt=st_pooling.include_prompt if st_pooling else True,
         dense_layers=dense,
+        sparse_activation=modules.sparse_activation,
     )
 
 
@@ -472,6 +510,221 @@ def _resolve_media(
         kind=KINDS[kind_name],
         root=root,
     )
+
+
+# What a static model reads when its tokenizer truncates nothing: sentence-transformers'
+# StaticEmbedding has no maximum (``max_seq_length`` is inf); a table lookup per token
+# costs so little that a long text needs no limit of Ember's either.
+STATIC_MAX_LENGTH = 1 << 20
+
+
+def _static_tokenizer_length(directory: Path, kind: str) -> int:
+    """Where a static module's tokenizer stops: StaticEmbedding uses tokenizer.json as
+    saved (its truncation, if any); SparseStaticEmbedding calls transformers' tokenizer
+    with ``truncation=True``, which cuts at ``model_max_length``."""
+    if kind == "sparse-static":
+        declared = (_read_json(directory / "tokenizer_config.json") or {}).get("model_max_length")
+        if isinstance(declared, (int, float)) and 0 < declared < STATIC_MAX_LENGTH:
+            return int(declared)
+        return STATIC_MAX_LENGTH
+    tokenizer = _read_json(directory / "tokenizer.json")
+    if not isinstance(tokenizer, dict):
+        raise ConfigError(f"{directory} has no tokenizer.json, which a {kind} model reads")
+    truncation = tokenizer.get("truncation") or {}
+    return int(truncation.get("max_length") or STATIC_MAX_LENGTH)
+
+
+def _static_width(directory: Path, kind: str) -> int:
+    """The table's width (StaticEmbedding's embedding_dim; SparseStaticEmbedding's one
+    weight per vocabulary id), from the safetensors header where there is one."""
+    from ember.models.weights import checkpoint_files, read_checkpoint
+
+    names = ("weight",) if kind == "sparse-static" else ("embedding.weight", "embeddings")
+    files = checkpoint_files(directory)
+    if files[0].suffix == ".safetensors":
+        from safetensors import safe_open
+
+        for file in files:
+            with safe_open(str(file), framework="numpy") as f:
+                for name in names:
+                    if name in f.keys():
+                        shape = f.get_slice(name).get_shape()
+                        return int(shape[-1] if kind == "static" else shape[0])
+    else:  # a torch pickle: read as transformers would (ember.models.weights)
+        for table in read_checkpoint(directory, names).values():
+            return int(table.shape[-1] if kind == "static" else table.shape[0])
+    raise ConfigError(f"{directory}: none of {', '.join(names)} in the weights of a {kind} model")
+
+
+def _resolve_static(
+    spec: ModelSpec, root: Path, served_name: str, modules: StModules
+) -> ResolvedModel:
+    """StaticEmbedding (the mean of a vector per token id) or SparseStaticEmbedding (a
+    weight per token id present): no transformer and no config.json; the module's own
+    directory holds its tokenizer and table, then the pipeline's Dense and Normalize."""
+    kind = str(modules.kind)
+    if spec.task not in (None, "embed"):
+        raise ConfigError(f"--task {spec.task}: {served_name} is a {kind} embedding model")
+    if spec.pooling:
+        raise ConfigError(
+            f"--pooling {spec.pooling}: {served_name} is a {kind} model, which averages its "
+            "token vectors itself; leave --pooling out"
+        )
+    directory = modules.transformer_dir
+    width = _static_width(directory, kind)
+    dense = tuple(map(_dense_layer, modules.dense))
+    if dense and kind != "static":
+        raise ConfigError(f"{served_name}: a Dense module after a {kind} table is not supported")
+    width = _pipeline_width(served_name, StPooling(("mean",), width), ("mean",), dense) or width
+    st_cfg = _read_json(root / "config_sentence_transformers.json") or {}
+    return ResolvedModel(
+        spec=replace(spec, task="embed"),
+        path=directory,
+        served_name=served_name,
+        task="embed",
+        architecture="StaticEmbedding" if kind == "static" else "SparseStaticEmbedding",
+        model_type="",
+        hidden_size=width,
+        max_length=_static_tokenizer_length(directory, kind),
+        pooling="mean",
+        normalize=modules.normalize,
+        prompts=st_prompts(root),
+        default_prompt_name=st_cfg.get("default_prompt_name"),
+        kind=KINDS[kind],
+        root=root,
+        dense_layers=dense,
+    )
+
+
+# What a Router route may be, by the embedding it returns.
+_ROUTE_KINDS = {"dense": ("dense", "static"), "sparse": ("splade", "sparse-static")}
+_ROUTE_STARTS = ("Transformer", "MLMTransformer", *_TABLE_MODULES)
+
+
+def _route_mappings(raw: dict, path: Path) -> dict[tuple[Any, Any], str]:
+    """router_config.json's ``route_mappings``: keys as Router.save wrote them,
+    ``str((task, modality))``."""
+    import ast
+
+    mappings = {}
+    for key, route in raw.items():
+        try:
+            task, modality = ast.literal_eval(key)
+        except (ValueError, SyntaxError, TypeError):
+            raise ConfigError(f"{path}: route_mappings key {key!r} is not a pair") from None
+        if isinstance(modality, (list, tuple)):
+            modality = tuple(sorted(modality))
+        mappings[task, modality] = str(route)
+    return mappings
+
+
+def _resolve_router(
+    spec: ModelSpec, root: Path, served_name: str, modules: StModules
+) -> ResolvedModel:
+    """sentence-transformers' Router: each route resolved as a model of its own; a query
+    takes the route Router._resolve_route gives task "query" for text, a document the
+    one for "document", an input marked as neither the one for no task (its default)."""
+    directory = modules.transformer_dir
+    path = directory / "router_config.json"
+    cfg = _read_json(path) or _read_json(directory / "config.json")  # Asym's older name
+    structure = cfg.get("structure") if isinstance(cfg, dict) else None
+    if not isinstance(structure, dict) or not structure:
+        raise ConfigError(f"{path}: no Router routes (types and structure) to read")
+    types = cfg.get("types") or {}
+    params = cfg.get("parameters") or {}
+    routes: dict[str, ResolvedModel] = {}
+    for route, ids in structure.items():
+        if not ids or any(i not in types for i in ids):
+            raise ConfigError(f"{path}: route {route!r} names modules without a type: {ids}")
+        start = str(types[ids[0]]).rsplit(".", 1)[-1]
+        if start not in _ROUTE_STARTS:
+            raise ConfigError(
+                f"{path}: route {route!r} starts with {start}; Ember serves Router routes that "
+                "start with a Transformer, StaticEmbedding or SparseStaticEmbedding"
+            )
+        entries = [(str(types[i]), directory / i) for i in ids]
+        sub = _st_pipeline(directory / ids[0], entries, path)
+        name = f"{served_name}[{route}]"
+        if sub.kind in STATIC_KINDS:
+            routes[route] = _resolve_static(spec, directory / ids[0], name, sub)
+        else:
+            routes[route] = _resolve_pipeline(spec, directory / ids[0], name, sub)
+    outputs = {r: m.kind.embedding if m.kind else None for r, m in routes.items()}
+    for route, m in routes.items():
+        assert m.kind is not None
+        if m.task != "embed" or m.kind.name not in _ROUTE_KINDS.get(str(outputs[route]), ()):
+            raise ConfigError(
+                f"{path}: route {route!r} is a {m.kind.name} pipeline; Ember serves Router "
+                "routes of Transformer + Pooling, StaticEmbedding, SparseStaticEmbedding or "
+                "SPLADE (Transformer + SpladePooling)"
+            )
+        if not m.include_prompt and any(st_prompts(root).values()):
+            raise ConfigError(
+                f"{path}: route {route!r} pools without its prompt (include_prompt false); "
+                "Ember does not serve that inside a Router"
+            )
+    if len(set(outputs.values())) > 1:
+        raise ConfigError(
+            f"{path}: the routes return {' and '.join(sorted(map(str, set(outputs.values()))))} "
+            "embeddings; Ember serves a Router whose routes return one kind"
+        )
+    output = next(iter(outputs.values()))
+    widths = {r: m.hidden_size for r, m in routes.items()}
+    if output == "dense" and len(set(widths.values())) > 1:
+        raise ConfigError(
+            f"{path}: the routes return vectors of different widths ({widths}); Ember serves "
+            "a Router whose routes share one vector space"
+        )
+    mappings = _route_mappings(params.get("route_mappings") or {}, path)
+    default = params.get("default_route")
+    if default is None and params.get("allow_empty_key", True):
+        default = next(iter(structure))
+
+    def route_for(task: str | None) -> str | None:
+        for key in ((task, "text"), (task, None), (None, "text"), (None, None)):
+            if key in mappings:
+                return mappings[key]
+        if task and task in structure:
+            return task
+        if "text" in structure:
+            return "text"
+        return default if task is None else None
+
+    query, document, unmarked = route_for("query"), route_for("document"), route_for(None)
+    if unmarked is None:
+        raise ConfigError(
+            f"{path}: the Router has no default route (default_route null, allow_empty_key "
+            "false); Ember needs one for inputs sent without input_type or prompt_name"
+        )
+    for side in (query, document, unmarked):
+        if side is not None and side not in routes:
+            raise ConfigError(f"{path}: route_mappings name route {side!r}, which it lacks")
+    first = routes[unmarked]
+    st_cfg = _read_json(root / "config_sentence_transformers.json") or {}
+    return ResolvedModel(
+        spec=replace(spec, task="embed"),
+        path=root,
+        served_name=served_name,
+        task="embed",
+        architecture="Router",
+        model_type=first.model_type,
+        hidden_size=first.hidden_size,
+        max_length=routes[document or unmarked].max_length,
+        pooling=first.pooling,
+        normalize=modules.normalize,
+        prompts=st_prompts(root),
+        default_prompt_name=st_cfg.get("default_prompt_name"),
+        kind=KINDS["router" if output == "dense" else "sparse-router"],
+        root=root,
+        pooling_modes=first.pooling_modes,
+        routes=Routes(routes, query, document, unmarked),
+    )
+
+
+def st_prompts(root: Path) -> dict[str, str]:
+    """config_sentence_transformers.json's prompts, by name."""
+    st_cfg = _read_json(root / "config_sentence_transformers.json") or {}
+    return {str(k): str(v) for k, v in (st_cfg.get("prompts") or {}).items()}
 
 
 def _resolve_llm(

@@ -15,6 +15,7 @@ Task = Literal["embed", "rerank", "classify"]
 # What turns a classifier's logits into label scores (transformers' text-classification
 # pipeline: softmax over labels, sigmoid per label, or the raw values of a regression).
 Activation = Literal["softmax", "sigmoid", "none"]
+SparseActivation = Literal["relu", "log1p_relu"]
 # sentence-transformers' Pooling modes (``last`` is its ``lasttoken``, ``mean_sqrt_len`` its
 # ``mean_sqrt_len_tokens``); POOLINGS are the ones ``--pooling`` offers.
 Pooling = Literal["cls", "mean", "last", "max", "mean_sqrt_len", "weightedmean"]
@@ -75,6 +76,19 @@ class DenseLayer:
 
 
 @dataclass(frozen=True)
+class Routes:
+    """A sentence-transformers ``Router``: each route's pipeline resolved as a model of its
+    own, by route name, and the route a query, a document and an input marked as neither
+    take (as ``Router._resolve_route`` resolves them for text; None: no route for that
+    side)."""
+
+    models: dict[str, ResolvedModel]
+    query: str | None
+    document: str | None
+    default: str
+
+
+@dataclass(frozen=True)
 class ResolvedModel:
     """A model's files on disk plus everything read from them; input to a backend.
 
@@ -108,6 +122,10 @@ class ResolvedModel:
     pooling_modes: tuple[Pooling, ...] = ()
     include_prompt: bool = True
     dense_layers: tuple[DenseLayer, ...] = ()
+    # SpladePooling's activation: relu, or OpenSearch's log1p_relu (log1p applied twice).
+    sparse_activation: SparseActivation = "relu"
+    # A sentence-transformers Router's routes, each a model of its own (None: no Router).
+    routes: Routes | None = None
     # An LLM reranker's family, instruction and answer tokens (ember.models.llm_rerankers).
     llm: LlmReranker | None = None
 

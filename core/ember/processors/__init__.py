@@ -1,10 +1,11 @@
 """Processors: one request item -> model features plus a cost, and a batch -> one input.
 
 Text models get ``TextTokenizer`` (``ColbertTokenizer`` adds ColBERT's query and document
-encodings); media models (CLIP, SigLIP, CLAP, ColPali, ColQwen2) get ``MediaProcessor``,
-which runs the model's own transformers processor for text, images and audio. Every
-processor has the same shape: ``encode`` items into features with a ``cost`` and a shape
-``key``, ``collate`` a batch of them for the backend.
+encodings; static models get it without special tokens, and a sentence-transformers Router
+``RouterProcessor``, each route's own); media models (CLIP, SigLIP, CLAP, ColPali, ColQwen2)
+get ``MediaProcessor``, which runs the model's own transformers processor for text, images
+and audio. Every processor has the same shape: ``encode`` items into features with a
+``cost`` and a shape ``key``, ``collate`` a batch of them for the backend.
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from ember.processors.text import Direction, TextTokenizer, Tokens
 
 class TextProcessor(Protocol):
     max_length: int
-    encodes_queries: bool  # whether ``query=True`` changes the encoding
+    encodes_queries: bool  # whether ``query`` changes the encoding
     masks_positions: bool  # whether it returns positions masked from attention
+    # Whether a "query"/"document" prompt_name is also applied as the model's prompt of
+    # that name (sentence-transformers' Router) or only picks the side (PyLate's ColBERT).
+    side_prompts: bool
 
     def encode(
         self,
@@ -28,7 +32,7 @@ class TextProcessor(Protocol):
         *,
         truncate: bool = True,
         direction: Direction = "right",
-        query: bool = False,
+        query: bool | None = False,
     ) -> list[Tokens]: ...
 
     def encode_pairs(
@@ -36,7 +40,7 @@ class TextProcessor(Protocol):
     ) -> list[Tokens]: ...
 
     def from_ids(
-        self, sequences: list[list[int]], *, truncate: bool = True, query: bool = False
+        self, sequences: list[list[int]], *, truncate: bool = True, query: bool | None = False
     ) -> list[Tokens]: ...
 
     def collate(self, tokens: Sequence[Tokens]) -> TokenBatch: ...
@@ -63,4 +67,8 @@ def build_processor(model: ResolvedModel, max_length: int | None = None) -> Text
         from ember.processors.llm_rerank import LlmRerankTokenizer
 
         return LlmRerankTokenizer(model, max_length)
-    return TextTokenizer(model, max_length)
+    if model.kind.processor == "router":
+        from ember.processors.router import RouterProcessor
+
+        return RouterProcessor(model, max_length)
+    return TextTokenizer(model, max_length, special_tokens=model.kind.processor != "static-text")

@@ -33,6 +33,7 @@ from ember.processors.text import (
 
 class ColbertTokenizer:
     encodes_queries = True
+    side_prompts = False
 
     def __init__(self, model: ResolvedModel, max_length: int | None = None) -> None:
         assert model.root is not None
@@ -118,7 +119,7 @@ class ColbertTokenizer:
         *,
         truncate: bool = True,
         direction: Direction = "right",
-        query: bool = False,
+        query: bool | None = False,
     ) -> list[Tokens]:
         base = self._query if query else self._document
         encoded = base.encode([t.strip() for t in texts], truncate=truncate, direction=direction)
@@ -128,7 +129,7 @@ class ColbertTokenizer:
         return self._document.encode_pairs(pairs, truncate=truncate)
 
     def from_ids(
-        self, sequences: list[list[int]], *, truncate: bool = True, query: bool = False
+        self, sequences: list[list[int]], *, truncate: bool = True, query: bool | None = False
     ) -> list[Tokens]:
         base = self._query if query else self._document
         return [self._finish(t, query) for t in base.from_ids(sequences, truncate=truncate)]

@@ -60,6 +60,7 @@ class MediaProcessor:
     """Text and media of one CLIP/SigLIP/CLAP/ColPali/ColQwen2 model, via its processor."""
 
     masks_positions = False
+    side_prompts = False
 
     def __init__(self, model: ResolvedModel, max_length: int | None = None) -> None:
         from transformers import AutoProcessor
@@ -95,7 +96,7 @@ class MediaProcessor:
         *,
         truncate: bool = True,
         direction: Direction = "right",
-        query: bool = False,
+        query: bool | None = False,
     ) -> list[Features]:
         if direction != "right":
             raise BadRequest(
@@ -135,7 +136,7 @@ class MediaProcessor:
         return items
 
     def from_ids(
-        self, sequences: list[list[int]], *, truncate: bool = True, query: bool = False
+        self, sequences: list[list[int]], *, truncate: bool = True, query: bool | None = False
     ) -> list[Features]:
         raise BadRequest(
             f"model {self.model_name!r} ({self.kind}) takes text, not token ids", param="input"

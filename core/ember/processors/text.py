@@ -30,8 +30,8 @@ class Tokens:
     ``attention`` is the attention mask when not all ones (ColBERT's query expansion);
     ``keep`` the positions a multi-vector output keeps when not all (ColBERT's document
     skiplist); ``pool_from`` the leading positions pooling leaves out (the prompt, where
-    the model pools without it). ``cost`` is what the batcher schedules by: the padded
-    positions it takes.
+    the model pools without it). ``route`` is the Router route that encodes it. ``cost``
+    is what the batcher schedules by: the padded positions it takes.
     """
 
     ids: list[int]
@@ -40,6 +40,7 @@ class Tokens:
     attention: list[int] | None = None
     keep: tuple[int, ...] | None = None
     pool_from: int = 0
+    route: str | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -49,9 +50,10 @@ class Tokens:
         return len(self.ids)
 
     @property
-    def key(self) -> None:
-        """Texts of any length share a batch (padding makes the shapes agree)."""
-        return None
+    def key(self) -> str | None:
+        """Texts of any length share a batch (padding makes the shapes agree), of one
+        Router route only (each route has its own network)."""
+        return self.route
 
 
 def collate(tokens: Sequence[Tokens], pad_id: int) -> TokenBatch:
@@ -117,12 +119,18 @@ class TextTokenizer:
     """Truncating and exact-length tokenisation, single texts and (query, doc) pairs.
 
     ``query`` is accepted and ignored: these models encode queries and documents alike.
+    ``special_tokens`` False leaves out what the tokenizer's post-processor adds (``[CLS]``,
+    ``[SEP]``), as sentence-transformers' StaticEmbedding tokenises.
     """
 
     encodes_queries = False
     masks_positions = False
+    side_prompts = False
 
-    def __init__(self, model: ResolvedModel, max_length: int | None = None) -> None:
+    def __init__(
+        self, model: ResolvedModel, max_length: int | None = None, *, special_tokens: bool = True
+    ) -> None:
+        self.special_tokens = special_tokens
         base = load_tokenizer(model.path)
         base.no_padding()
         base.no_truncation()
@@ -134,7 +142,7 @@ class TextTokenizer:
         }
         self.vocab_size = base.get_vocab_size(with_added_tokens=True)
         self.pad_id = self._pad_id(base, model)
-        self._prefix, self._suffix = self._special_wrapping(base)
+        self._prefix, self._suffix = self._special_wrapping(base) if special_tokens else ([], [])
 
     @staticmethod
     def _clone(base: Tokenizer, max_length: int, direction: str) -> Tokenizer:
@@ -168,9 +176,11 @@ class TextTokenizer:
         *,
         truncate: bool = True,
         direction: Direction = "right",
-        query: bool = False,
+        query: bool | None = False,
     ) -> list[Tokens]:
-        encodings = self._truncating[direction].encode_batch(texts)
+        encodings = self._truncating[direction].encode_batch(
+            texts, add_special_tokens=self.special_tokens
+        )
         return [
             self._checked(enc, text, truncate) for enc, text in zip(encodings, texts, strict=True)
         ]
@@ -187,7 +197,7 @@ class TextTokenizer:
         full = len(
             self._exact.encode(*original)
             if isinstance(original, tuple)
-            else self._exact.encode(original)
+            else self._exact.encode(original, add_special_tokens=self.special_tokens)
         )
         if not truncate:
             raise BadRequest(
@@ -198,7 +208,7 @@ class TextTokenizer:
         return Tokens(enc.ids, enc.type_ids, truncated_from=full)
 
     def from_ids(
-        self, sequences: list[list[int]], *, truncate: bool = True, query: bool = False
+        self, sequences: list[list[int]], *, truncate: bool = True, query: bool | None = False
     ) -> list[Tokens]:
         """Token-id input (OpenAI style): the model's special tokens are added around it."""
         out = []
@@ -251,7 +261,9 @@ class TextTokenizer:
 
     def tokenize_detail(self, text: str, *, add_special_tokens: bool = True) -> list[dict]:
         """TEI's /tokenize shape: id, text, special, start, stop per token."""
-        enc = self._truncating["right"].encode(text, add_special_tokens=add_special_tokens)
+        enc = self._truncating["right"].encode(
+            text, add_special_tokens=add_special_tokens and self.special_tokens
+        )
         return [
             {
                 "id": tid,

@@ -1,0 +1,32 @@
+"""A sentence-transformers Router's heads: each batch through its route's own head."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ember.backends.base import Batch, TokenBatch
+from ember.capabilities import Output
+from ember.heads.base import Head
+from ember.heads.postprocess import l2_normalize
+
+
+@dataclass(frozen=True)
+class RoutedHead:
+    """One output of a Router: a batch holds one route's inputs (``TokenBatch.route``) and
+    goes through that route's head. A route whose own pipeline ends in Normalize is
+    normalised here: the engine normalises by the model's Normalize after the Router only."""
+
+    output: Output
+    heads: Mapping[str, Head]
+    normalized: frozenset[str] = frozenset()
+
+    def split(self, outputs: dict[str, np.ndarray], batch: Batch, rows: Sequence[int]) -> list[Any]:
+        assert isinstance(batch, TokenBatch) and batch.route is not None
+        results = self.heads[batch.route].split(outputs, batch, rows)
+        if batch.route in self.normalized:
+            return list(l2_normalize(np.stack(results)))
+        return results
