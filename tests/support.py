@@ -162,3 +162,20 @@ def busy_cores(count: int | None = None, seconds: float = 120.0) -> Iterator[Non
         for spinner in spinners:
             spinner.kill()
             spinner.wait(timeout=10)
+
+
+def refused_start(args: list[str], timeout: float = 180.0) -> list[str]:
+    """``ember serve ARGS`` as a user starts it (no EMBER_* settings from this run), for
+    a model it must refuse: exit 2, no traceback; returns its ``ember: error:`` lines."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ember", "serve", "--host", "127.0.0.1"]
+        + ["--port", str(free_port()), *args],
+        cwd=REPO,
+        env=child_env(drop_prefixes=("EMBER_",)),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    return [line for line in done.stderr.splitlines() if line.startswith("ember: error:")]

@@ -4,15 +4,13 @@ sentence-transformers loading the same files with ``trust_remote_code=True``."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.fixtures.remote_code import build_tiny_remote_code_embedder
-from tests.support import REPO, child_env, start_server
+from tests.support import refused_start, start_server
 from tests.texts import mixed_texts
 
 TEXTS = mixed_texts(12)
@@ -39,15 +37,9 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("backend", ["auto", "onnx", "ct2"])
 def test_without_the_flag_start_up_refuses_and_names_it(remote: Path, backend: str) -> None:
     """Before any backend loads (none could run the code without it): one line, exit 2."""
-    cmd = [sys.executable, "-m", "ember", "serve", "--model-id", str(remote)]
-    cmd += ["--backend", backend, "--port", "0", "--host", "127.0.0.1"]
-    done = subprocess.run(
-        cmd, env=child_env(), cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    assert "--trust-remote-code" in done.stderr
-    assert "modeling_tiny_remote.TinyRemoteModel" in done.stderr
+    errors = refused_start(["--model-id", str(remote), "--backend", backend])
+    assert len(errors) == 1 and "--trust-remote-code" in errors[0], errors
+    assert "modeling_tiny_remote.TinyRemoteModel" in errors[0]
 
 
 @pytest.mark.parametrize("backend", ["auto", "onnx"])
@@ -89,11 +81,5 @@ def _plain_bert(path: Path, texts: list[str]) -> np.ndarray:
 
 
 def test_ct2_refuses_remote_code_at_start_with_what_to_use(remote: Path) -> None:
-    cmd = [sys.executable, "-m", "ember", "serve", "--model-id", str(remote), "--port", "0"]
-    cmd += ["--backend", "ct2", "--trust-remote-code", "--host", "127.0.0.1"]
-    done = subprocess.run(
-        cmd, env=child_env(), cwd=REPO, capture_output=True, text=True, timeout=180
-    )
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    assert "use --backend torch or onnx" in done.stderr
+    errors = refused_start(["--model-id", str(remote), "--backend", "ct2", "--trust-remote-code"])
+    assert len(errors) == 1 and "use --backend torch or onnx" in errors[0], errors
