@@ -143,6 +143,7 @@ async def test_request_timeout_drops_queued_items(minilm_path: Path) -> None:
         # Admission believes the queue is fast (as after a slowdown it has not measured
         # yet), so the request is queued and expires there.
         engine.batcher.throughput.per_second = 1000.0
+        engine.batcher.throughput.per_worker = 1000.0  # nor is a batch doomed before it runs
     engine = engines.get(None)
     marker = engine.processor.encode(["giraffe"])[0].ids[1]
     try:

@@ -41,6 +41,9 @@ HUB_PATTERNS = [
     "1_Pooling/*",
     "*/config.json",
     "*_Dense/pytorch_model.bin",  # Dense weights saved before safetensors (distiluse)
+    "colbert_linear.pt",  # BGE-M3's multi-vector and sparse heads
+    "sparse_linear.pt",
+    "*.py",  # a remote-code model's classes (run only with --trust-remote-code)
     "onnx/model.onnx",
     "onnx/model.onnx_data",  # external weights of a graph over 2 GiB
 ]
