@@ -7,10 +7,9 @@ prompts from the sentence-transformers files. Nothing is guessed silently.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +20,23 @@ from ember.models import llm_rerankers
 from ember.models.remote_code import check_remote_code
 from ember.models.spec import (
     Activation,
-    DenseLayer,
     ModelSpec,
     Pooling,
     ResolvedModel,
     Routes,
-    SparseActivation,
     Task,
+)
+from ember.models.st_files import (
+    STATIC_KINDS,
+    TABLE_MODULES,
+    StModules,
+    StPooling,
+    dense_layer,
+    pipeline_width,
+    read_json,
+    st_modules,
+    st_pipeline,
+    st_prompts,
 )
 
 log = logging.getLogger(__name__)
@@ -94,232 +103,13 @@ def _download(repo_id: str, revision: str | None) -> Path:
         raise ConfigError(f"could not fetch model {repo_id!r}{hint}: {exc}") from exc
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
-
-
-@dataclass(frozen=True)
-class StPooling:
-    """A Pooling module's config, in either format: its modes (concatenated in this order),
-    the token width it pools and whether it pools prompt tokens."""
-
-    modes: tuple[Pooling, ...]
-    width: int | None = None  # of one mode; the output is len(modes) times it
-    include_prompt: bool = True
-
-
-@dataclass(frozen=True)
-class StModules:
-    """What modules.json says: where the transformer is, and what follows it."""
-
-    transformer_dir: Path
-    pooling: StPooling | None = None
-    normalize: bool = False
-    # "colbert", "splade", "static", "sparse-static" or "router" when the modules say so
-    kind: str | None = None
-    dense: tuple[Path, ...] = ()  # sentence-transformers Dense modules' directories
-    sparse_activation: SparseActivation = "relu"  # SpladePooling's
-
-
-# Module types by the last part of their class path (sentence_transformers.models.* in 5.x,
-# sentence_transformers.base.modules.* / .sentence_transformer.modules.* in 6.x); any
-# other module is refused.
-_COLBERT_MODULES = ("pylate.models.Dense", "pylate.models.Dense.Dense")
-_SPARSE_MODULES = ("MLMTransformer", "SpladePooling")
-# Input modules that are no transformer: the kind of model each makes. Their directory holds
-# what they read (the tokenizer and table; a Router's router_config.json and routes).
-_TABLE_MODULES = {"StaticEmbedding": "static", "SparseStaticEmbedding": "sparse-static"}
-STATIC_KINDS = tuple(_TABLE_MODULES.values())
-_INPUT_MODULES = {**_TABLE_MODULES, "Router": "router"}
-
-
-def _st_modules(root: Path) -> StModules:
-    modules = _read_json(root / "modules.json")
-    if not modules:
-        return StModules(root)
-    entries = [(str(m.get("type", "")), root / m.get("path", "")) for m in modules]
-    return _st_pipeline(root, entries, root / "modules.json")
-
-
-def _st_pipeline(root: Path, entries: list[tuple[str, Path]], where: Path) -> StModules:
-    """One pipeline's modules in order (modules.json's, or a Router route's), each a
-    (type, directory) pair; ``where`` names the file that lists them, for errors."""
-    transformer_dir, pooling, normalize, kind = root, None, False, None
-    dense: list[Path] = []
-    activation: SparseActivation = "relu"
-    for index, (full, mpath) in enumerate(entries):
-        name = full.rsplit(".", 1)[-1]
-        if name in _INPUT_MODULES:
-            if index:
-                raise ConfigError(f"{where}: {name} must be the first module (it reads the text)")
-            transformer_dir, kind = mpath, _INPUT_MODULES[name]
-        elif kind == "router" and name != "Normalize":
-            raise ConfigError(
-                f"{where}: a {name} module after a Router is not supported; Ember serves a "
-                "Router alone or followed by Normalize"
-            )
-        elif name in ("Transformer", "MLMTransformer"):
-            transformer_dir = mpath
-            if name == "MLMTransformer":
-                kind = "splade"
-        elif name == "SpladePooling":
-            activation = _check_splade_pooling(_read_json(mpath / "config.json") or {}, mpath)
-            kind = "splade"
-        elif full in _COLBERT_MODULES or (full.startswith("pylate.") and name == "Dense"):
-            kind = "colbert"
-        elif name == "Pooling":
-            pooling = _pooling_from_config(mpath / "config.json")
-        elif name == "Dense":
-            if normalize:
-                raise ConfigError(
-                    f"{root / 'modules.json'}: a Dense module after Normalize is not supported; "
-                    "Ember normalises last"
-                )
-            dense.append(mpath)
-        elif name == "Normalize":
-            normalize = True
-        else:
-            raise ConfigError(
-                f"sentence-transformers module {name!r} in {where} is not supported yet; "
-                "Ember serves Transformer + Pooling (+ Dense, Normalize) models, "
-                "StaticEmbedding, Router, PyLate ColBERT and SPLADE SparseEncoder models"
-            )
-    return StModules(transformer_dir, pooling, normalize, kind, tuple(dense), activation)
-
-
-def _check_splade_pooling(cfg: dict, path: Path) -> SparseActivation:
-    strategy = cfg.get("pooling_strategy", "max")
-    act = cfg.get("activation_function", "relu")
-    if strategy != "max" or act not in ("relu", "log1p_relu"):
-        raise ConfigError(
-            f"{path}: SpladePooling {strategy}/{act} is not supported; Ember serves max with "
-            "relu or log1p_relu"
-        )
-    return "relu" if act == "relu" else "log1p_relu"
-
-
-# sentence-transformers' mode names -> Ember's, in the order its Pooling concatenates the
-# 5.x boolean keys (cls, max, mean, mean_sqrt_len, weightedmean, lasttoken).
-_ST_MODES: dict[str, Pooling] = {
-    "cls": "cls",
-    "max": "max",
-    "mean": "mean",
-    "mean_sqrt_len_tokens": "mean_sqrt_len",
-    "weightedmean": "weightedmean",
-    "lasttoken": "last",
-}
-_ST5_KEYS = {
-    "pooling_mode_cls_token": "cls",
-    "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-    "pooling_mode_weightedmean_tokens": "weightedmean",
-    "pooling_mode_lasttoken": "lasttoken",
-}
-
-
-def _pooling_from_config(path: Path) -> StPooling:
-    """A Pooling module's config.json as sentence-transformers 6 reads it: 6.x's
-    ``pooling_mode`` (a name or a list) and ``embedding_dimension``, or 5.x's
-    ``pooling_mode_*`` booleans and ``word_embedding_dimension`` (none set: mean)."""
-    cfg = _read_json(path)
-    if cfg is None:
-        raise ConfigError(f"modules.json names a Pooling module but {path} is missing")
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{path} is not a Pooling config (a JSON object): {cfg!r}")
-    width = cfg.get("embedding_dimension", cfg.get("word_embedding_dimension"))
-    if "pooling_mode" in cfg:
-        named = cfg["pooling_mode"]
-        names = [named] if isinstance(named, str) else named
-    elif any(key in cfg for key in _ST5_KEYS):
-        names = [mode for key, mode in _ST5_KEYS.items() if cfg.get(key)] or ["mean"]
-    elif width is not None:
-        names = ["mean"]  # sentence-transformers' default mode
-    else:
-        raise ConfigError(
-            f"{path} exists but holds no pooling mode Ember can read (neither 6.x "
-            f"pooling_mode nor 5.x pooling_mode_* keys): {cfg}"
-        )
-    if not isinstance(names, list) or not names:
-        raise ConfigError(f"{path}: pooling_mode {cfg.get('pooling_mode')!r} names no mode")
-    unknown = [n for n in names if n not in _ST_MODES]
-    if unknown:
-        raise ConfigError(
-            f"{path}: pooling mode {unknown[0]!r} is not one of sentence-transformers' "
-            f"{', '.join(_ST_MODES)}"
-        )
-    if width is not None and not isinstance(width, int):
-        raise ConfigError(f"{path}: embedding_dimension {width!r} is not an integer")
-    include = cfg.get("include_prompt", True)
-    return StPooling(tuple(_ST_MODES[n] for n in names), width, bool(include))
-
-
-_ACTIVATIONS = ("Identity", "Tanh", "ReLU", "Sigmoid")
-
-
-def _dense_layer(directory: Path) -> DenseLayer:
-    """A sentence-transformers Dense module's config.json (its weights are read by the
-    heads); its defaults as the class has them (bias, Tanh)."""
-    cfg = _read_json(directory / "config.json")
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"modules.json names a Dense module; {directory}/config.json is missing")
-    for key in ("module_input_name", "module_output_name"):
-        if cfg.get(key, "sentence_embedding") != "sentence_embedding":
-            raise ConfigError(
-                f"{directory}: a Dense on {cfg[key]!r} is not supported; Ember serves Dense "
-                "layers on the pooled sentence embedding"
-            )
-    activation = str(cfg.get("activation_function") or "torch.nn.modules.activation.Tanh")
-    short = activation.rsplit(".", 1)[-1]
-    if not activation.startswith("torch.") or short not in _ACTIVATIONS:
-        raise ConfigError(
-            f"{directory}: Dense activation {activation} is not supported; Ember serves "
-            f"torch.nn {', '.join(_ACTIVATIONS)}"
-        )
-    try:
-        return DenseLayer(
-            path=directory,
-            in_features=int(cfg["in_features"]),
-            out_features=int(cfg["out_features"]),
-            bias=bool(cfg.get("bias", True)),
-            activation=short,
-            residual=bool(cfg.get("use_residual", False)),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"{directory}/config.json: no valid in/out_features: {exc}") from None
-
-
-def _pipeline_width(
-    served_name: str,
-    pooling: StPooling | None,
-    modes: tuple[Pooling, ...],
-    dense: tuple[DenseLayer, ...],
-) -> int | None:
-    """The width of what the pipeline returns (None: the encoder's), checking that each
-    Dense takes what comes before it."""
-    width = pooling.width * len(modes) if pooling and pooling.width else None
-    for layer in dense:
-        if width is not None and layer.in_features != width:
-            raise ConfigError(
-                f"{served_name}: Dense {layer.path.name} takes {layer.in_features} features "
-                f"but {width} come before it"
-            )
-        width = layer.out_features
-    return width
-
-
 def detect_kind(root: Path, modules: StModules) -> str | None:
     """The capability-table row the files name, beyond a plain encoder or classifier."""
     if (root / "colbert_linear.pt").exists() and (root / "sparse_linear.pt").exists():
         return "bge-m3"
     if modules.kind is not None:
         return modules.kind
-    st_cfg = _read_json(root / "config_sentence_transformers.json") or {}
+    st_cfg = read_json(root / "config_sentence_transformers.json") or {}
     if {"query_length", "document_length"} <= st_cfg.keys():
         return "colbert"  # PyLate, saved with sentence-transformers' own Dense class
     return None
@@ -399,13 +189,13 @@ def classifier_activation(config: dict, num_labels: int) -> Activation:
 
 
 def _max_length(root: Path, hf_dir: Path, config: dict) -> int:
-    st = _read_json(root / "sentence_bert_config.json") or {}
+    st = read_json(root / "sentence_bert_config.json") or {}
     if st.get("max_seq_length"):
         return int(st["max_seq_length"])
     positions = int(config.get("max_position_embeddings") or 512)
     if config.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
         positions -= 2  # RoBERTa's position ids start after the padding index
-    tok = _read_json(hf_dir / "tokenizer_config.json") or {}
+    tok = read_json(hf_dir / "tokenizer_config.json") or {}
     declared = tok.get("model_max_length")
     if isinstance(declared, (int, float)) and 0 < declared < positions:
         return int(declared)
@@ -414,7 +204,7 @@ def _max_length(root: Path, hf_dir: Path, config: dict) -> int:
 
 def resolve_model(spec: ModelSpec) -> ResolvedModel:
     root, served_name = locate(spec)
-    modules = _st_modules(root)
+    modules = st_modules(root)
     if modules.kind == "router":
         return _resolve_router(spec, root, served_name, modules)
     if modules.kind in STATIC_KINDS:
@@ -427,7 +217,7 @@ def _resolve_pipeline(
 ) -> ResolvedModel:
     """A transformer and what follows it: the whole model, or one Router route."""
     hf_dir, normalize = modules.transformer_dir, modules.normalize
-    config = _read_json(hf_dir / "config.json")
+    config = read_json(hf_dir / "config.json")
     if config is None:
         raise ConfigError(f"{hf_dir} has no config.json; is it a transformers model?")
     check_remote_code(config, served_name, spec.trust_remote_code)
@@ -460,9 +250,9 @@ def _resolve_pipeline(
             "pass --pooling cls|mean|last|max so the vectors are not silently wrong"
         )
     # Dense layers after pooling belong to the dense head (ColBERT's are its own).
-    dense = tuple(map(_dense_layer, modules.dense)) if kind.name == "dense" else ()
-    width = _pipeline_width(served_name, st_pooling, modes, dense)
-    st_cfg = _read_json(root / "config_sentence_transformers.json") or {}
+    dense = tuple(map(dense_layer, modules.dense)) if kind.name == "dense" else ()
+    width = pipeline_width(served_name, st_pooling, modes, dense)
+    st_cfg = read_json(root / "config_sentence_transformers.json") or {}
     hidden = int(width or config.get("hidden_size") or config.get("d_model") or 0)
     return ResolvedModel(
         spec=replace(spec, task=task),
@@ -526,11 +316,11 @@ def _static_tokenizer_length(directory: Path, kind: str) -> int:
     saved (its truncation, if any); SparseStaticEmbedding calls transformers' tokenizer
     with ``truncation=True``, which cuts at ``model_max_length``."""
     if kind == "sparse-static":
-        declared = (_read_json(directory / "tokenizer_config.json") or {}).get("model_max_length")
+        declared = (read_json(directory / "tokenizer_config.json") or {}).get("model_max_length")
         if isinstance(declared, (int, float)) and 0 < declared < STATIC_MAX_LENGTH:
             return int(declared)
         return STATIC_MAX_LENGTH
-    tokenizer = _read_json(directory / "tokenizer.json")
+    tokenizer = read_json(directory / "tokenizer.json")
     if not isinstance(tokenizer, dict):
         raise ConfigError(f"{directory} has no tokenizer.json, which a {kind} model reads")
     truncation = tokenizer.get("truncation") or {}
@@ -575,11 +365,11 @@ def _resolve_static(
         )
     directory = modules.transformer_dir
     width = _static_width(directory, kind)
-    dense = tuple(map(_dense_layer, modules.dense))
+    dense = tuple(map(dense_layer, modules.dense))
     if dense and kind != "static":
         raise ConfigError(f"{served_name}: a Dense module after a {kind} table is not supported")
-    width = _pipeline_width(served_name, StPooling(("mean",), width), ("mean",), dense) or width
-    st_cfg = _read_json(root / "config_sentence_transformers.json") or {}
+    width = pipeline_width(served_name, StPooling(("mean",), width), ("mean",), dense) or width
+    st_cfg = read_json(root / "config_sentence_transformers.json") or {}
     return ResolvedModel(
         spec=replace(spec, task="embed"),
         path=directory,
@@ -601,7 +391,7 @@ def _resolve_static(
 
 # What a Router route may be, by the embedding it returns.
 _ROUTE_KINDS = {"dense": ("dense", "static"), "sparse": ("splade", "sparse-static")}
-_ROUTE_STARTS = ("Transformer", "MLMTransformer", *_TABLE_MODULES)
+_ROUTE_STARTS = ("Transformer", "MLMTransformer", *TABLE_MODULES)
 
 
 def _route_mappings(raw: dict, path: Path) -> dict[tuple[Any, Any], str]:
@@ -629,7 +419,7 @@ def _resolve_router(
     one for "document", an input marked as neither the one for no task (its default)."""
     directory = modules.transformer_dir
     path = directory / "router_config.json"
-    cfg = _read_json(path) or _read_json(directory / "config.json")  # Asym's older name
+    cfg = read_json(path) or read_json(directory / "config.json")  # Asym's older name
     structure = cfg.get("structure") if isinstance(cfg, dict) else None
     if not isinstance(structure, dict) or not structure:
         raise ConfigError(f"{path}: no Router routes (types and structure) to read")
@@ -646,7 +436,7 @@ def _resolve_router(
                 "start with a Transformer, StaticEmbedding or SparseStaticEmbedding"
             )
         entries = [(str(types[i]), directory / i) for i in ids]
-        sub = _st_pipeline(directory / ids[0], entries, path)
+        sub = st_pipeline(directory / ids[0], entries, path)
         name = f"{served_name}[{route}]"
         if sub.kind in STATIC_KINDS:
             routes[route] = _resolve_static(spec, directory / ids[0], name, sub)
@@ -703,7 +493,7 @@ def _resolve_router(
         if side is not None and side not in routes:
             raise ConfigError(f"{path}: route_mappings name route {side!r}, which it lacks")
     first = routes[unmarked]
-    st_cfg = _read_json(root / "config_sentence_transformers.json") or {}
+    st_cfg = read_json(root / "config_sentence_transformers.json") or {}
     return ResolvedModel(
         spec=replace(spec, task="embed"),
         path=root,
@@ -722,12 +512,6 @@ def _resolve_router(
         pooling_modes=first.pooling_modes,
         routes=Routes(routes, query, document, unmarked),
     )
-
-
-def st_prompts(root: Path) -> dict[str, str]:
-    """config_sentence_transformers.json's prompts, by name."""
-    st_cfg = _read_json(root / "config_sentence_transformers.json") or {}
-    return {str(k): str(v) for k, v in (st_cfg.get("prompts") or {}).items()}
 
 
 def _resolve_llm(
