@@ -18,10 +18,9 @@ class Throughput:
     ``per_second``: inputs answered per second of wall time while any forward ran (decayed
     sums of inputs over the union of the forward intervals). Parallel workers count only
     as far as they were seen to overlap and still finish sooner: on a host whose other
-    core is busy, two workers do little more than one, and multiplying one batch's rate by
-    the worker count admitted twice what could finish (issue 19: 5 of 40 requests expired
-    after admission under load). ``per_worker``: inputs per second within one forward,
-    for how long one more batch will take.
+    core is busy, two workers do little more than one, where one batch's rate times the
+    worker count (the estimate before) assumed they did twice as much. ``per_worker``:
+    inputs per second within one forward, for how long one more batch will take.
     """
 
     per_second: float | None = None
