@@ -39,9 +39,14 @@ class FakeEngine:
     async def embed(self, texts: Sequence[str], **options: Any) -> _Result:
         self.queued += len(texts)
         self.most_queued = max(self.most_queued, self.queued)
+        numbers = [int(t.split()[1]) for t in texts]
+        delay = self.rng.random() * 0.004
+        if self.fail_at is not None and min(numbers) > self.fail_at:
+            # Calls after the failing one are still running when it fails, however the
+            # host schedules the short sleeps: the job must cancel them, not wait them out.
+            delay = 5.0
         try:
-            await asyncio.sleep(self.rng.random() * 0.004)
-            numbers = [int(t.split()[1]) for t in texts]
+            await asyncio.sleep(delay)
             if self.fail_at is not None and self.fail_at in numbers:
                 raise RuntimeError("forward failed")
             return _Result(np.array([[n, n] for n in numbers], dtype=np.float32))
