@@ -260,11 +260,10 @@ def export(settings: ServerSettings, output: str) -> int:
         raise ConfigError(f"ember export converts one model, got {len(specs)} (--model-id)")
     spec = replace(specs[0], device="cpu")
     model = resolve_model(spec)
-    assert model.kind is not None
-    if not model.kind.exportable:
+    if not model.family.exportable:
         raise ConfigError(
             f"ember export writes dense, rerank and classify models; {model.served_name} is a "
-            f"{model.kind.name} model, whose heads live beside the network: serve its own "
+            f"{model.family.name} model, whose heads live beside the network: serve its own "
             "directory (the backend's artifact is built at first load and kept in --cache-dir)"
         )
     with tqdm(desc=f"export {spec.backend}", unit="step") as bar:

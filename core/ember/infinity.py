@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from ember.capabilities import Modality, ModelKind
+from ember.capabilities import Modality
 from ember.config import DEFAULT_MODEL_NAME, ServerSettings, settings_from_env
 from ember.engine.engine import Engine
+from ember.families.base import Family
 from ember.heads.quantize import encode_embeddings
 from ember.metrics import Metrics
 from ember.models.spec import ModelSpec
@@ -180,7 +181,7 @@ class AsyncEmbeddingEngine:
         for line in settings.compat_warnings:
             log.warning("%s", line)
         self._engine = Engine(self._spec, metrics=_metrics)
-        self._kind: ModelKind | None = None
+        self._kind: Family | None = None
         self.running = False
 
     @classmethod
@@ -239,11 +240,11 @@ class AsyncEmbeddingEngine:
         """What the model does (``embed``, ``rerank``, ``classify``, and Ember's
         ``embed_sparse`` / ``embed_multi``), known from its files before it loads."""
         if self._engine.model is not None:
-            return set(self._engine.kind.capabilities)
+            return set(self._engine.family.capabilities)
         if self._kind is None:
             from ember.models.resolve import resolve_model
 
-            self._kind = resolve_model(self._spec).kind
+            self._kind = resolve_model(self._spec).family
         assert self._kind is not None
         return set(self._kind.capabilities)
 

@@ -25,7 +25,7 @@ from ember.api.errors import validation_message
 from ember.api.middleware import ASGIApp
 from ember.api.routes import ROUTES_BY_PATH, ModelRoute
 from ember.backends.choice import AUTO, choose_backend, exported_backend
-from ember.backends.registry import dedicated_backend, import_backend
+from ember.backends.registry import import_backend
 from ember.config import ServerSettings, settings_from_env
 from ember.engine.array import EngineArray
 from ember.engine.loop import EngineLoop
@@ -203,7 +203,7 @@ async def dispatch_jsonlines(
     answers: list[Any] = [None] * len(records)
     if texts:
         engine = engines.for_task(None, "embed")
-        output = engine.kind.embedding
+        output = engine.family.embedding
         if output is None:
             raise BadRequest(
                 f"model {engine.name!r} does not embed: send request bodies, one per line"
@@ -318,7 +318,7 @@ def preload_weights(
         device = model.spec.device if model.spec.device != "auto" else accelerator or "cpu"
         # A Router's network routes, each a model of its own (its tables need no torch).
         routes = model.routes.models.values() if model.routes else (model,)
-        for net in (m for m in routes if m.kind and not dedicated_backend(m.kind.name)):
+        for net in (m for m in routes if not m.family.only_backend):
             torch_backend.preload_weights(net, device)
         names.append(model.served_name)
     return names

@@ -31,7 +31,7 @@ def test_colbert_expansion_variants(tmp_path: Path, attend: bool, expand: bool) 
     path = rm.build_tiny_colbert(
         tmp_path / "colbert", attend_to_expansion_tokens=attend, do_query_expansion=expand
     )
-    assert resolve_model(ModelSpec(str(path))).kind.name == "colbert"  # type: ignore[union-attr]
+    assert resolve_model(ModelSpec(str(path))).family.name == "colbert"  # type: ignore[union-attr]
     backends = ["torch", "ct2"]  # nothing masked is returned here, so ct2 serves it too
     for backend in backends:
         with SyncEngineArray(model_id=str(path), backend=backend, device="cpu") as ember:
@@ -44,7 +44,7 @@ def test_colbert_expansion_variants(tmp_path: Path, attend: bool, expand: bool) 
 
 def test_splade_in_sentence_transformers_5_layout(tmp_path: Path) -> None:
     path = rm.build_tiny_splade(tmp_path / "splade", st5_layout=True)
-    assert resolve_model(ModelSpec(str(path))).kind.name == "splade"  # type: ignore[union-attr]
+    assert resolve_model(ModelSpec(str(path))).family.name == "splade"  # type: ignore[union-attr]
     want = ref.splade_encode(path, TEXTS)
     with SyncEngineArray(model_id=str(path), backend="torch", device="cpu") as ember:
         for got, expected in zip(ember.embed(TEXTS), want, strict=True):
@@ -54,7 +54,7 @@ def test_splade_in_sentence_transformers_5_layout(tmp_path: Path) -> None:
 
 def test_bge_m3_in_safetensors(tmp_path: Path) -> None:
     path = rm.build_tiny_bge_m3(tmp_path / "bge", safetensors=True)
-    assert resolve_model(ModelSpec(str(path))).kind.name == "bge-m3"  # type: ignore[union-attr]
+    assert resolve_model(ModelSpec(str(path))).family.name == "bge-m3"  # type: ignore[union-attr]
     want = ref.bge_m3_encode(path, TEXTS)
     with SyncEngineArray(model_id=str(path), backend="torch", device="cpu") as ember:
         close(ember.embed(TEXTS), np.stack(want["dense_vecs"]))

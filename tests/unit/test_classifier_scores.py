@@ -9,7 +9,7 @@ import pytest
 
 from ember.errors import ConfigError
 from ember.heads.postprocess import label_scores
-from ember.models.resolve import classifier_activation, detect_task
+from ember.models.facts import classifier_activation, detect_task
 
 SEQ = {"architectures": ["RobertaForSequenceClassification"]}
 

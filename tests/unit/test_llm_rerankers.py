@@ -15,7 +15,7 @@ import pytest
 from ember.backends import ct2_backend
 from ember.backends.choice import choose_backend
 from ember.backends.neuron_export import compile_options
-from ember.capabilities import KINDS
+from ember.families import by_name
 from ember.errors import BadRequest, ConfigError
 from ember.models.llm_rerankers import FAMILIES, answer_token_ids
 from ember.models.resolve import resolve_model
@@ -63,9 +63,9 @@ def test_each_family_is_detected_with_its_answer_tokens(
     from transformers import AutoTokenizer
 
     model = resolve_model(ModelSpec(str(models[family])))
-    assert model.kind is KINDS["llm-reranker"] and model.task == "rerank"
+    assert model.family is by_name("llm-reranker") and model.task == "rerank"
     assert model.llm is not None and model.llm.family.name == FAMILY_NAMES[family]
-    assert model.kind.capabilities == ["rerank"]
+    assert model.family.capabilities == ["rerank"]
     tok = AutoTokenizer.from_pretrained(str(models[family]))
     want = [tok.convert_tokens_to_ids(t) for t in ANSWERS[family] if t is not None]
     assert list(model.llm.token_ids) == want
@@ -141,12 +141,12 @@ def test_an_unnamed_causal_lm_is_refused_with_both_ways_to_serve_it(
     ranked = resolve_model(ModelSpec(str(path), task="rerank"))
     assert ranked.llm is not None and ranked.llm.family.name == "qwen3-reranker"
     embedder = resolve_model(ModelSpec(str(path), pooling="last"))
-    assert embedder.kind is KINDS["dense"] and embedder.llm is None
+    assert embedder.family is by_name("dense") and embedder.llm is None
 
 
 def test_a_named_reranker_embeds_when_asked(models: dict[str, Path]) -> None:
     model = resolve_model(ModelSpec(str(models["mxbai"]), pooling="last"))
-    assert model.kind is KINDS["dense"] and model.llm is None
+    assert model.family is by_name("dense") and model.llm is None
     with pytest.raises(ConfigError, match="pass --pooling cls"):
         resolve_model(ModelSpec(str(models["gemma"]), task="embed"))
 
@@ -157,7 +157,7 @@ def test_a_decoder_embedder_with_a_pooling_config_stays_one(tmp_path: Path) -> N
     config = json.loads((path / "config.json").read_text())
     (path / "config.json").write_text(json.dumps({**config, "architectures": ["Qwen3ForCausalLM"]}))
     model = resolve_model(ModelSpec(str(path)))
-    assert model.kind is KINDS["dense"] and model.llm is None
+    assert model.family is by_name("dense") and model.llm is None
 
 
 def test_task_rerank_on_a_causal_lm_without_a_template_is_refused(
@@ -218,8 +218,8 @@ def test_ct2_and_neuron_refuse_them_in_one_line(models: dict[str, Path]) -> None
 
 
 def test_only_instructed_kinds_take_an_instruction() -> None:
-    KINDS["llm-reranker"].require_instruction("m")
+    by_name("llm-reranker").require_instruction("m")
     for name in ("cross-encoder", "colbert", "dense"):
         with pytest.raises(BadRequest, match=r"takes no instruction") as refused:
-            KINDS[name].require_instruction("m")
+            by_name(name).require_instruction("m")
         assert refused.value.param == "instruction"

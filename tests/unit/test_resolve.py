@@ -10,7 +10,8 @@ import pytest
 
 from ember.config import DEFAULT_MODEL_NAME
 from ember.errors import ConfigError
-from ember.models.resolve import detect_task, resolve_model
+from ember.models.facts import detect_task
+from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec
 
 

@@ -217,7 +217,7 @@ async def cohere_embed(engines: EngineArray, body: CohereEmbedRequest, limit: in
     check_batch(len(items), limit, "texts" if modality == "text" else "images")
     engine = engines.for_task(body.model, "embed" if modality == "text" else "image_embed")
     if engine.model is not None:  # before any download: the model must take images
-        engine.kind.require_modality(modality, engine.name, param="images")
+        engine.family.require_modality(modality, engine.name, param="images")
     _check_limits(engine, body)
     result = await _embed(engine, items, modality, body)
     texts = items if modality == "text" else []

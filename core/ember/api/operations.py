@@ -100,7 +100,7 @@ async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, lim
             param="input",
         )
     base64 = body.encoding_format == "base64"
-    if base64 and engine.model is not None and engine.kind.embedding == "sparse":
+    if base64 and engine.model is not None and engine.family.embedding == "sparse":
         raise BadRequest(
             f"encoding_format base64 is for dense and multi-vector embeddings; model "
             f"{engine.name!r} returns sparse ones (indices and values): send float",
@@ -156,7 +156,7 @@ def _check_base64_dtype(engine: Engine, base64: bool) -> None:
 def _embeddings_reply(engine: Engine, result: Result, base64: bool) -> Reply:
     """OpenAI's list of embeddings, in the shape the model's embedding output has."""
     dtype = engine.spec.embedding_dtype
-    if engine.kind.embedding == "sparse":
+    if engine.family.embedding == "sparse":
         vectors = [_sparse_json(v) for v in result.outputs]
     elif base64:  # multi-vector: the [n, dim] float32 array, flattened
         vectors = [to_base64(v) for v in result.outputs]
@@ -305,8 +305,7 @@ async def tei_tokenize(engines: EngineArray, body: s.TEITokenizeRequest, limit: 
 
 def dense_dimensions(model: ResolvedModel) -> int | None:
     """The width of a dense embedding as served (after the model's Dense layers)."""
-    assert model.kind is not None
-    return model.hidden_size if model.kind.embedding == "dense" else None
+    return model.hidden_size if model.family.embedding == "dense" else None
 
 
 def models_list(engines: EngineArray) -> dict[str, Any]:
@@ -329,8 +328,8 @@ def models_list(engines: EngineArray) -> dict[str, Any]:
         if engine.model is not None and engine.backend is not None:
             entry.update(
                 task=engine.model.task,
-                kind=engine.kind.name,
-                capabilities=engine.kind.capabilities,
+                kind=engine.family.name,
+                capabilities=engine.family.capabilities,
                 backend=engine.backend.info.name,
                 device=engine.backend.info.device,
                 dtype=engine.backend.info.dtype,
@@ -355,7 +354,7 @@ def tei_info(engines: EngineArray, version: str, max_client_batch_size: int) -> 
         return info
     m = first.model
     if m.task == "embed":
-        pooling = "+".join(m.poolings) if first.kind.embedding == "dense" else first.kind.name
+        pooling = "+".join(m.poolings) if first.family.embedding == "dense" else first.family.name
         model_type: dict[str, Any] = {"embedding": {"pooling": pooling}}
     else:
         kind = "reranker" if m.task == "rerank" else "classifier"

@@ -150,7 +150,7 @@ def _root_engine(engines: EngineArray, body: RootInputsRequest) -> Engine:
     if body.model or len(engines.engines) == 1:
         engine = engines.get(body.model)
     else:
-        embeds = any(e.model is not None and e.kind.does("embed") for e in engines)
+        embeds = any(e.model is not None and e.family.does("embed") for e in engines)
         asked = "classify" if body.parameters is not None or not embeds else "embed"
         engine = engines.for_task(None, asked)
     if engine.model is None:
@@ -185,7 +185,7 @@ async def root(engines: EngineArray, body: Any, limit: int) -> Reply:
     if isinstance(body, SimilarityRequest):
         return await similarity(engines, body, limit)
     engine = _root_engine(engines, body)
-    kind, name = engine.kind, engine.name
+    kind, name = engine.family, engine.name
     if kind.classifies:
         if body.parameters is not None:
             return await _inference_api_classify(engine, body, limit)

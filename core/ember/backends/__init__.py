@@ -6,16 +6,7 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ember.backends.registry import (
-    BACKEND_NAMES,
-    EXPORTERS,
-    REGISTRY,
-    backend_module,
-    dedicated_backend,
-    entry,
-    import_backend,
-)
-from ember.capabilities import MEDIA_BACKBONES
+from ember.backends.registry import BACKEND_NAMES, EXPORTERS, backend_module, import_backend
 from ember.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -32,26 +23,19 @@ def _load(name: str, model: ResolvedModel) -> Backend:
 
 
 def _check_serves(model: ResolvedModel, name: str) -> None:
-    """Refuse, in one line, a backend asked for that cannot run the model's kind."""
-    kind = model.kind.name if model.kind else "?"
-    dedicated = dedicated_backend(kind)
-    if dedicated is not None and name != dedicated:
+    """Refuse, in one line, a backend asked for that cannot run the model's family."""
+    family = model.family
+    if not family.runs_on(name):
+        served = " or ".join(family.backends)
         raise ConfigError(
-            f"model {model.served_name!r} is a {kind} model, which --backend {dedicated} alone "
-            f"serves (it has no network for {name} to run): use --backend {dedicated} or auto"
-        )
-    only = entry(name).only_kinds
-    if only and kind not in only:
-        others = ", ".join(e.name for e in REGISTRY.values() if not e.only_kinds)
-        raise ConfigError(
-            f"--backend {name} serves {' and '.join(only)} models only; model "
-            f"{model.served_name!r} is a {kind} model: use --backend auto or one of {others}"
+            f"model {model.served_name!r} is a {family.name} model, served by --backend "
+            f"{served} (not {name}): use --backend {served} or auto"
         )
 
 
 def _load_routes(model: ResolvedModel) -> Backend:
     """A sentence-transformers Router: each route loaded as a model of its own, on the
-    backend asked for, or on the one backend that alone serves its kind (numpy for a
+    backend asked for, or on the one backend that alone runs its family (numpy for a
     StaticEmbedding or IDF route, whatever the transformer route runs on)."""
     from ember.backends.router import RouterBackend
 
@@ -59,16 +43,15 @@ def _load_routes(model: ResolvedModel) -> Backend:
     loaded: dict[str, Backend] = {}
     try:
         for route, sub in model.routes.models.items():
-            dedicated = dedicated_backend(sub.kind.name if sub.kind else "?")
-            if dedicated is not None:
-                sub = replace(sub, spec=replace(sub.spec, backend=dedicated))
+            if only := sub.family.only_backend:
+                sub = replace(sub, spec=replace(sub.spec, backend=only))
             loaded[route] = load_backend(sub)
     except BaseException:
         for backend in loaded.values():
             backend.close()
         raise
     routes = model.routes.models
-    networks = [r for r, s in routes.items() if s.kind and not dedicated_backend(s.kind.name)]
+    networks = [r for r, s in routes.items() if not s.family.only_backend]
     main = model.routes.document or model.routes.default
     return RouterBackend(loaded, main if main in networks or not networks else networks[0])
 
@@ -82,14 +65,6 @@ def load_backend(model: ResolvedModel) -> Backend:
         return _load_routes(model)
     if model.spec.backend != AUTO:
         _check_serves(model, model.spec.backend)
-        if model.backbone in MEDIA_BACKBONES and model.spec.backend != "torch":
-            kind = model.kind.name if model.kind else "media"
-            if kind not in entry(model.spec.backend).media_kinds:
-                served = ["torch", *(e.name for e in REGISTRY.values() if kind in e.media_kinds)]
-                raise ConfigError(
-                    f"model {model.served_name!r} is a {kind} model, served by --backend "
-                    f"{' or '.join(served)} (not {model.spec.backend})"
-                )
         return _load(model.spec.backend, model)
     choice = choose_backend(model)
     log.info("model %s: backend auto -> %s (%s)", model.served_name, choice.backend, choice.reason)

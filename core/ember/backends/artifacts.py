@@ -154,7 +154,7 @@ def write_pooling_files(model: ResolvedModel, dst: Path) -> None:
     (pooling modes in the 5.x keys both 5.x and 6.x read, the Dense layers with their
     weights, Normalize) makes the exported directory resolve to exactly what was exported.
     """
-    if model.kind.name != "dense":
+    if not model.family.st_pipeline:
         return
     st = "sentence_transformers.models."
     modules = [

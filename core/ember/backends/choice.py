@@ -9,7 +9,7 @@ cannot run the model as asked: an accelerator, a dtype ORT has no CPU kernels fo
 ``--torch-compile``, or remote code that may not export. A directory written by
 ``ember export`` is served by the backend that wrote it.
 
-CLIP goes the same way (``AUTO_ONNX_MEDIA``): its towers on onnx fp32 give transformers'
+CLIP goes the same way (its family's ``cpu_backend``): its towers on onnx fp32 give transformers'
 vectors (cosine 1.00000) and, for ViT-B/32 on the same 2 shared cores through the engine
 (benchmarks/media_backends.py, alternating runs), took 62-69 CPU ms per 224 px JPEG
 against 71-76 on torch at 8 images x 4 clients in every run, and served more images/s in
@@ -21,7 +21,9 @@ LLM rerankers (Qwen3-Reranker, mxbai-rerank-v2, bge-reranker-v2-gemma) go to tor
 every device: their prompts run to 8,192 tokens, and the exported graph's unfused attention
 holds a [heads, T, T] score matrix per layer (4.3 GB at 8,192 tokens for Qwen3-Reranker-0.6B's
 16 heads, per input) where torch's SDPA kernel does not. ``--backend onnx`` serves them too,
-and ``--dtype int8`` goes there on a CPU as for any model (torch has no int8).
+and ``--dtype int8`` goes there on a CPU as for any family onnx runs (torch has no int8).
+Which backends a family can run, and which one auto takes on a CPU, is the family's
+(``ember.families``): auto never picks a backend the family cannot run.
 
 The decision is made without importing torch or onnxruntime (``find_spec`` and device
 nodes only), so choosing costs nothing on the fast path it picks. If the onnx build or
@@ -39,14 +41,11 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from ember.backends import artifacts
-from ember.backends.registry import REGISTRY, dedicated_backend
-from ember.capabilities import MEDIA_BACKBONES
+from ember.backends.registry import REGISTRY
 from ember.models.spec import ResolvedModel
 
 AUTO = "auto"
 CPU_ONNX_DTYPES = ("auto", "float32", "int8")
-# Media kinds that auto serves like text models (onnx on a CPU): measured faster there.
-AUTO_ONNX_MEDIA = ("clip",)
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ class Choice:
     reason: str
     device: str | None = None  # pinned device, where the reason decided it
     exported: bool = False  # an `ember export` directory: no fallback makes sense
-    only: bool = False  # the one backend that serves the model's kind: no fallback either
+    only: bool = False  # the one backend that runs the model's family: no fallback either
 
 
 def accelerator_visible() -> str | None:
@@ -104,17 +103,17 @@ def choose_backend(model: ResolvedModel, accelerator: str | None = None) -> Choi
     if exported := exported_backend(model.path):
         reason = f"the directory is an `ember export --backend {exported}` artifact"
         return Choice(exported, reason, exported=True)
-    kind = model.kind.name if model.kind else "media"
+    family = model.family
     if model.routes is not None:  # a Router: what its network routes run on
         models = model.routes.models.values()
-        networks = [m for m in models if m.kind and not dedicated_backend(m.kind.name)]
+        networks = [m for m in models if not m.family.only_backend]
         return choose_backend((networks or list(models))[0], accelerator)
-    if dedicated := dedicated_backend(kind):
-        return Choice(dedicated, f"{kind} models run on {dedicated} alone", "cpu", only=True)
-    if model.backbone in MEDIA_BACKBONES and kind not in AUTO_ONNX_MEDIA:
-        return Choice("torch", f"{kind} models run on torch")
-    if model.backbone == "causal-lm" and spec.dtype != "int8":  # see the module docstring
-        return Choice("torch", "LLM rerankers run on torch (--backend onnx on request)")
+    if only := family.only_backend:
+        device = "cpu" if REGISTRY[only].cpu_only else None
+        return Choice(only, f"{family.name} models run on {only}", device, only=True)
+    int8_on_onnx = spec.dtype == "int8" and family.runs_on("onnx")  # torch has no int8
+    if not family.runs_on("onnx") or (family.cpu_backend == "torch" and not int8_on_onnx):
+        return Choice("torch", f"{family.name} models run on torch (see ember.backends.choice)")
     if spec.device not in ("auto", "cpu"):
         return Choice("torch", f"--device {spec.device}")
     if spec.device == "auto" and (accelerator := accelerator or accelerator_visible()):

@@ -39,7 +39,7 @@ class OnnxMediaBackend(BackendDefaults):
         # CLIP's text is padded to the batch's longest and ORT computes every padded
         # position; images carry no padding (one shape per batch).
         opts, self.parallel_forwards, self.padding = session_plan(model, plan)
-        modalities = model.kind.modalities if model.kind else ("text",)
+        modalities = model.family.modalities
         self.sessions: dict[str, Any] = {}
         self._inputs: dict[str, dict[str, str]] = {}
         for modality in modalities:

@@ -57,7 +57,6 @@ TOWER_CONFIGS = {"text": "text_config", "image": "vision_config"}
 TEXT_INPUTS = ("input_ids", "attention_mask")
 # Kinds whose towers export: one transformers tower per modality, no remote code. CLAP's
 # HTSAT audio tower (windowed attention with data-dependent padding) is left to torch.
-KINDS = ("clip", "siglip")
 # Above this many bytes of weights (both towers) each graph keeps its weights in a ``.data``
 # file beside it: protobuf caps a graph at 2 GiB, and one tower of a large model passes it.
 EXTERNAL_DATA_BYTES = 1_800_000_000
@@ -69,11 +68,11 @@ def media_plan(model: ResolvedModel, available: list[str]) -> Plan:
     No float16 graphs: ORT's fp16 conversion is not checked against transformers for these
     towers; a GPU in fp16 is served by ``--backend torch``.
     """
-    kind = model.kind.name if model.kind else ""
-    if kind not in KINDS:
+    kind = model.family.name
+    if not model.family.runs_on("onnx"):
         raise ConfigError(
-            f"model {model.served_name!r} is a {kind or 'media'} model; --backend onnx "
-            f"serves {' and '.join(KINDS)} towers, {kind or 'this kind'} runs on --backend torch"
+            f"model {model.served_name!r} is a {kind} model, served by --backend "
+            f"{' or '.join(model.family.backends)} (not onnx)"
         )
     device = resolve_device(model.spec.device, available)
     dtype = "float32" if model.spec.dtype == "auto" else model.spec.dtype
@@ -251,7 +250,7 @@ def _build(
                 )
     manifest = {
         "backend": BACKEND,
-        "kind": model.kind.name if model.kind else None,
+        "kind": model.family.name,
         "towers": TOWER_FILES,
         "dtype": plan.dtype,
         "device": plan.device,

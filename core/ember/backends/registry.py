@@ -5,8 +5,9 @@ Everything that lists backends reads this table: ``--backend``'s choices and hel
 (``ember.backends.load_backend``), the detection of an export directory
 (``ember.backends.choice.exported_backend``), the runtime a platform pre-imports
 (``ember.platform.preload_runtime``), and the docs test that checks the README's
-Backends table. It imports no backend: a module is imported only when its backend is
-chosen, so choosing costs nothing.
+Backends table. Which families a backend runs is each family's to say
+(``ember.families``: ``Family.backends``). It imports no backend: a module is imported
+only when its backend is chosen, so choosing costs nothing.
 """
 
 from __future__ import annotations
@@ -34,10 +35,7 @@ class BackendEntry:
     runtime: tuple[str, ...]
     exporter: str | None = None
     export_subdir: str = ""
-    # Media kinds (capabilities.KINDS) it serves besides torch, which serves them all.
-    media_kinds: tuple[str, ...] = ()
-    # The kinds it alone serves, and it nothing else (numpy: tables with no network).
-    only_kinds: tuple[str, ...] = ()
+    cpu_only: bool = False  # it runs on the CPU whatever --device says (numpy)
 
 
 REGISTRY: dict[str, BackendEntry] = {
@@ -49,7 +47,6 @@ REGISTRY: dict[str, BackendEntry] = {
             "ember.backends.onnx_backend",
             ("onnxruntime", "onnx"),
             exporter="ember.backends.onnx_export",
-            media_kinds=("clip", "siglip"),  # each tower its own graph (onnx_media)
         ),
         BackendEntry(
             "ct2",
@@ -68,18 +65,13 @@ REGISTRY: dict[str, BackendEntry] = {
             "numpy",
             "ember.backends.static_backend",
             ("numpy",),
-            only_kinds=("static", "sparse-static"),  # StaticEmbedding, SparseStaticEmbedding
+            cpu_only=True,  # tables with no network (each family says which it runs)
         ),
     )
 }
 
 BACKEND_NAMES: tuple[str, ...] = tuple(REGISTRY)
 EXPORTERS: tuple[str, ...] = tuple(e.name for e in REGISTRY.values() if e.exporter)
-
-
-def dedicated_backend(kind: str) -> str | None:
-    """The backend that alone serves models of ``kind``, if one does."""
-    return next((e.name for e in REGISTRY.values() if kind in e.only_kinds), None)
 
 
 def entry(name: str) -> BackendEntry:

@@ -28,12 +28,13 @@ def read_table(model: ResolvedModel) -> np.ndarray:
     """The module's table as sentence-transformers loads it: ``embedding.weight``, or a
     model2vec file's ``embeddings`` with its ``mapping`` and per-token ``weights`` folded in
     (``StaticEmbedding._fold_model2vec_weights``); a SparseStaticEmbedding's ``weight``."""
-    assert model.kind is not None
-    if model.kind.name == "sparse-static":
-        table = read_checkpoint(model.path, ("weight",)).get("weight")
+    facts = model.family.table
+    assert facts is not None
+    if not facts.mean:
+        table = next(iter(read_checkpoint(model.path, facts.weights).values()), None)
     else:
-        t = read_checkpoint(model.path, ("embedding.weight", "embeddings", "mapping", "weights"))
-        table = t.get("embedding.weight")
+        t = read_checkpoint(model.path, (*facts.weights, "mapping", "weights"))
+        table = t.get(facts.weights[0])
         if table is None and "embeddings" in t:
             table = t["embeddings"]
             if "mapping" in t:
@@ -41,7 +42,7 @@ def read_table(model: ResolvedModel) -> np.ndarray:
             if "weights" in t:
                 table = table * t["weights"][:, None]
     if table is None:
-        raise ConfigError(f"{model.path}: no {model.kind.name} table in the weights")
+        raise ConfigError(f"{model.path}: no {model.family.name} table in the weights")
     vocab = load_tokenizer(model.path).get_vocab_size(with_added_tokens=True)
     if table.shape[0] < vocab:
         raise ConfigError(
@@ -54,18 +55,18 @@ class StaticBackend(BackendDefaults):
     """``forward`` -> ``EMBEDDINGS``: [batch, dim] means, or [batch, vocab] weights."""
 
     def __init__(self, model: ResolvedModel) -> None:
-        assert model.kind is not None
+        assert model.family.table is not None
         if model.spec.device not in ("auto", "cpu") or model.spec.dtype not in ("auto", "float32"):
             log.warning(
                 "model %s: a %s table is served by numpy on the CPU in float32 (asked: "
                 "--device %s --dtype %s)",
                 model.served_name,
-                model.kind.name,
+                model.family.name,
                 model.spec.device,
                 model.spec.dtype,
             )
         self.table = read_table(model)
-        self.mean = model.kind.name == "static"
+        self.mean = model.family.table.mean
         # Forward workers as the other CPU backends plan them (ember.cpu.cpu_forward_plan):
         # a forward is a few milliseconds of numpy, next to the request's JSON on the loop.
         self.parallel_forwards = cpu_forward_plan(model.spec.forward_workers)[0]

@@ -37,13 +37,10 @@ TOWERS = {"text": "get_text_features", "image": "get_image_features", "audio": "
 
 def load_media_net(model: ResolvedModel, dtype: torch.dtype) -> Any:
     """A media model's network on the CPU, in ``dtype``."""
-    kind = model.kind.name if model.kind else ""
-    if kind == "colpali":
-        from transformers import ColPaliForRetrieval as net_class
-    elif kind == "colqwen2":
-        from transformers import ColQwen2ForRetrieval as net_class
-    else:
-        from transformers import AutoModel as net_class
+    import transformers
+
+    assert model.family.media is not None
+    net_class = getattr(transformers, model.family.media.net_class)
     options: dict[str, Any] = {"dtype": dtype, "trust_remote_code": model.spec.trust_remote_code}
     try:
         return net_class.from_pretrained(str(model.path), attn_implementation="sdpa", **options)
@@ -68,7 +65,7 @@ class TorchMediaBackend(TorchPlacement):
         self.backbone = model.backbone
         self._calls: dict[str, Callable[..., Any]] = {}
         self._accepts: dict[str, frozenset[str] | None] = {}
-        modalities = model.kind.modalities if model.kind else ("text",)
+        modalities = model.family.modalities
         for modality in modalities:
             call = (
                 getattr(self.net, TOWERS[modality])

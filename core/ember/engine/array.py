@@ -69,7 +69,7 @@ class EngineArray:
         """Like get(), but with no name and several models, pick the one that has
         ``capability`` (``embed`` counts any embedding output)."""
         if not name and len(self.engines) > 1:
-            doing = [e for e in self.engines if e.model is not None and e.kind.does(capability)]
+            doing = [e for e in self.engines if e.model is not None and e.family.does(capability)]
             if len(doing) == 1:
                 return doing[0]
         return self.get(name)
@@ -89,8 +89,8 @@ class EngineArray:
                 engine = self.get(name)
             except NotFound:
                 return set()
-            return set(engine.kind.capabilities) if engine.model is not None else set()
-        return {c for e in self.engines if e.model is not None for c in e.kind.capabilities}
+            return set(engine.family.capabilities) if engine.model is not None else set()
+        return {c for e in self.engines if e.model is not None for c in e.family.capabilities}
 
     def __getitem__(self, name: str) -> Engine:
         return self.get(name)

@@ -19,13 +19,14 @@ import numpy as np
 
 from ember.backends import load_backend
 from ember.backends.base import Backend
-from ember.capabilities import Modality, ModelKind, Output
+from ember.capabilities import Modality, Output
 from ember.cpu import lower_thread_priority
 from ember.engine.batcher import Batcher, padding_budget_for
 from ember.engine.forward import Piece, load_at_priority, run_batch
 from ember.engine.prepare import Prepare, Preparer
 from ember.engine.result import Result, Timings
 from ember.errors import BadRequest, ConfigError, NotReady, RequestTimeout
+from ember.families.base import Family
 from ember.heads import postprocess
 from ember.heads.base import Head
 from ember.heads.build import build_heads
@@ -114,10 +115,10 @@ class Engine:
         await self._warm_up()
         self.ready = True
         log.info(
-            "model %s ready: kind=%s backend=%s device=%s dtype=%s forwards=%d "
+            "model %s ready: family=%s backend=%s device=%s dtype=%s forwards=%d "
             "load=%.2fs warm-up=%.2fs",
             model.served_name,
-            self.kind.name,
+            self.family.name,
             backend.info.name,
             backend.info.device,
             backend.info.dtype,
@@ -140,7 +141,7 @@ class Engine:
         count = max(1, min(self.batcher.max_batch_size, self.spec.max_batch_tokens // length))
         if self.backend.info.device == "cpu":
             length, count = min(length, CPU_WARM_UP_LENGTH), 1
-        outputs = self.kind.outputs
+        outputs = self.family.outputs
         largest = [Piece(self.processor.filler(length), outputs[0])] * count
         # Once per forward worker at the same time, so every worker thread is warm too.
         await asyncio.gather(
@@ -149,12 +150,12 @@ class Engine:
         for output in outputs:
             if output != "logits":
                 await self.embed(["warm-up"], output=output)
-        for modality in self.kind.modalities[1:]:  # each media tower once, decoded inputs
+        for modality in self.family.modalities[1:]:  # each media tower once, decoded inputs
             item = self.processor.warm_up_item(modality)  # type: ignore[attr-defined]
             await self.batcher.run_direct([Piece(item, outputs[0])])
-        if self.kind.scoring is not None:
+        if self.family.scoring is not None:
             await self.rerank("warm-up", ["warm-up"])
-        if self.kind.classifies:
+        if self.family.classifies:
             await self.classify(["warm-up"])
         self.warmup_seconds = time.perf_counter() - started
 
@@ -172,9 +173,9 @@ class Engine:
         return self.model.served_name if self.model else (self.spec.served_model_name or "")
 
     @property
-    def kind(self) -> ModelKind:
-        assert self.model is not None and self.model.kind is not None, "engine not started"
-        return self.model.kind
+    def family(self) -> Family:
+        assert self.model is not None, "engine not started"
+        return self.model.family
 
     def _loaded(self) -> ResolvedModel:
         if self.batcher is None or self.model is None:
@@ -201,14 +202,14 @@ class Engine:
         default route; a document elsewhere). ``modality`` image or audio: ``inputs`` are
         URLs, data: URIs or raw bytes."""
         model = self._loaded()
-        kind = self.kind
-        output = output or kind.embedding
+        family = self.family
+        output = output or family.embedding
         if output is None or output == "logits":
             raise BadRequest(
-                f"model {self.name!r} ({kind.name}) does not embed; it serves {kind.serves()}",
+                f"model {self.name!r} ({family.name}) does not embed; it serves {family.serves()}",
                 param="model",
             )
-        kind.require_output(output, self.name)
+        family.require_output(output, self.name)
         if dimensions is not None:  # refuse before spending compute
             if output != "dense":
                 raise BadRequest(
@@ -222,7 +223,7 @@ class Engine:
         items = list(inputs)
         prepare: Prepare
         if modality != "text":
-            kind.require_modality(modality, self.name)
+            family.require_modality(modality, self.name)
             prepare = self._media(items, modality)
         elif items and not isinstance(items[0], str):
             job = lambda: processor.from_ids(items, truncate=truncate, query=query)  # noqa: E731
@@ -273,13 +274,13 @@ class Engine:
         self._loaded()
         processor = self.processor
         assert processor is not None
-        scoring = self.kind.require_scoring(self.name)
+        scoring = self.family.require_scoring(self.name)
         if instruction is not None:
-            self.kind.require_instruction(self.name)
+            self.family.require_instruction(self.name)
         if scoring == "maxsim":
             docs = list(documents)
             if modality != "text":
-                self.kind.require_modality(modality, self.name)
+                self.family.require_modality(modality, self.name)
                 pages = self._media(docs, modality)
 
                 async def prepare() -> list:
@@ -299,10 +300,10 @@ class Engine:
             result.outputs = np.array([maxsim(rows[0], d) for d in rows[1:]], dtype=np.float64)
             return result
         if modality != "text":
-            self.kind.require_modality(modality, self.name)
+            self.family.require_modality(modality, self.name)
         pairs = [(query, doc) for doc in documents]
         encode = partial(processor.encode_pairs, pairs, truncate=truncate)
-        if instruction is not None:  # an instructed kind's processor takes it
+        if instruction is not None:  # an instructed family's processor takes it
             encode = partial(encode, instruction=instruction)
         rows, result = await self._run(
             self._prepare.tokenizing(
@@ -319,7 +320,7 @@ class Engine:
         self, texts: Sequence[str], *, raw_scores: bool = False, truncate: bool = True
     ) -> tuple[list[list[dict]], Result]:
         model = self._loaded()
-        self.kind.require_classify(self.name)
+        self.family.require_classify(self.name)
         processor = self.processor
         assert processor is not None
         rows, result = await self._run(

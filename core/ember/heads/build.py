@@ -1,23 +1,17 @@
-"""Each kind's heads, built from the model's own files (the capability table's rooms)."""
+"""What several families' heads are built from: an MLM head (SPLADE), a Dense module's
+projection; and the one call the engine makes for a model's heads."""
 
 from __future__ import annotations
-
-import json
-from collections.abc import Callable
 
 import numpy as np
 
 from ember.capabilities import Output
 from ember.errors import ConfigError
 from ember.heads.base import Head
-from ember.heads.dense import AnswerTokensHead, DenseHead, LogitsHead, PooledHead, Projection
-from ember.heads.media import TokenVectorsHead, TowerHead
-from ember.heads.multivector import MultiVectorHead
-from ember.heads.router import RoutedHead
-from ember.heads.sparse import LexicalWeightsHead, MlmHead, SpladeHead, VocabularyWeightsHead
+from ember.heads.dense import Projection
+from ember.heads.sparse import MlmHead
 from ember.models.spec import DenseLayer, ResolvedModel
-from ember.models.weights import read_checkpoint, read_tensors
-from ember.processors.text import declared_token_ids, load_tokenizer
+from ember.models.weights import read_checkpoint
 
 # MLM head tensors by architecture family: transform dense, LayerNorm, decoder, bias.
 _MLM_KEYS = {
@@ -74,34 +68,7 @@ def load_mlm_head(model: ResolvedModel) -> MlmHead:
     )
 
 
-def _colbert_heads(model: ResolvedModel) -> dict[Output, Head]:
-    """PyLate: the Dense module(s) after the Transformer, applied to each token state."""
-    assert model.root is not None
-    weight: np.ndarray | None = None
-    bias: np.ndarray | None = None
-    modules = json.loads((model.root / "modules.json").read_text())
-    for module in modules:
-        if not str(module.get("type", "")).endswith(".Dense"):
-            continue
-        directory = model.root / module["path"]
-        cfg = json.loads((directory / "config.json").read_text())
-        activation = str(cfg.get("activation_function", "torch.nn.modules.linear.Identity"))
-        if not activation.endswith("Identity") or cfg.get("use_residual"):
-            raise ConfigError(
-                f"{directory}: a Dense with activation {activation} or a residual is not "
-                "supported; Ember serves PyLate's identity projection"
-            )
-        t = read_checkpoint(directory)
-        w, b = t["linear.weight"], t.get("linear.bias")
-        if weight is None:
-            weight, bias = w, b
-        else:  # Dense layers in a row compose into one affine map
-            bias = (bias @ w.T if bias is not None else 0) + (b if b is not None else 0)
-            weight = w @ weight
-    return {"multi": MultiVectorHead(weight, bias)}
-
-
-def _projection(layer: DenseLayer) -> Projection:
+def projection(layer: DenseLayer) -> Projection:
     """A sentence-transformers Dense module's weights, checked against its config."""
     t = read_checkpoint(layer.path)
     weight, bias = t.get("linear.weight"), t.get("linear.bias")
@@ -119,62 +86,6 @@ def _projection(layer: DenseLayer) -> Projection:
     return Projection(weight, bias, layer.activation, layer.residual, residual)
 
 
-def _dense_heads(model: ResolvedModel) -> dict[Output, Head]:
-    """Pooling (its modes, with or without the prompt), then the Dense layers."""
-    projections = tuple(_projection(layer) for layer in model.dense_layers)
-    return {"dense": DenseHead(model.poolings, model.include_prompt, projections)}
-
-
-def _splade_heads(model: ResolvedModel) -> dict[Output, Head]:
-    log_twice = model.sparse_activation == "log1p_relu"
-    return {"sparse": SpladeHead(load_mlm_head(model), log_twice=log_twice)}
-
-
-def _router_heads(model: ResolvedModel) -> dict[Output, Head]:
-    """Each route's heads, built from its own files; one RoutedHead per output."""
-    assert model.routes is not None and model.kind is not None
-    routes = model.routes.models
-    built = {name: build_heads(sub) for name, sub in routes.items()}
-    normalized = frozenset(name for name, sub in routes.items() if sub.normalize)
-    return {
-        output: RoutedHead(output, {r: heads[output] for r, heads in built.items()}, normalized)
-        for output in model.kind.outputs
-    }
-
-
-def _bge_m3_heads(model: ResolvedModel) -> dict[Output, Head]:
-    assert model.root is not None
-    colbert = read_tensors(model.root / "colbert_linear.pt")
-    sparse = read_tensors(model.root / "sparse_linear.pt")
-    names = ("cls_token", "eos_token", "pad_token", "unk_token")  # FlagEmbedding's unused ids
-    dropped = frozenset(declared_token_ids(load_tokenizer(model.path), model.path, names).values())
-    return {
-        "dense": DenseHead(model.pooling),
-        "sparse": LexicalWeightsHead(sparse["weight"], sparse["bias"], dropped),
-        "multi": MultiVectorHead(colbert["weight"], colbert["bias"], skip_first=True),
-    }
-
-
-BUILDERS: dict[str, Callable[[ResolvedModel], dict[Output, Head]]] = {
-    "dense": _dense_heads,
-    "cross-encoder": lambda m: {"logits": LogitsHead()},
-    "classifier": lambda m: {"logits": LogitsHead()},
-    "llm-reranker": lambda m: {"logits": AnswerTokensHead()},
-    "colbert": _colbert_heads,
-    "splade": _splade_heads,
-    "static": lambda m: {"dense": PooledHead(tuple(map(_projection, m.dense_layers)))},
-    "sparse-static": lambda m: {"sparse": VocabularyWeightsHead()},
-    "router": _router_heads,
-    "sparse-router": _router_heads,
-    "bge-m3": _bge_m3_heads,
-    "clip": lambda m: {"dense": TowerHead()},
-    "siglip": lambda m: {"dense": TowerHead()},
-    "clap": lambda m: {"dense": TowerHead()},
-    "colpali": lambda m: {"multi": TokenVectorsHead()},
-    "colqwen2": lambda m: {"multi": TokenVectorsHead()},
-}
-
-
 def build_heads(model: ResolvedModel) -> dict[Output, Head]:
-    assert model.kind is not None
-    return BUILDERS[model.kind.name](model)
+    """The heads the model's family builds from its files (``Family.heads``)."""
+    return model.family.heads(model)

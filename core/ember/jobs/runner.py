@@ -164,7 +164,7 @@ def job_identity(
 
 def choose_output(engine: Engine, wanted: Output | None) -> Output:
     """The embedding to compute: the one asked for, if the model has it, else its own."""
-    kind = engine.kind
+    kind = engine.family
     output = wanted or kind.embedding
     if output is None or output == "logits":
         raise BadRequest(

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from ember.capabilities import Backbone, ModelKind
+    from ember.capabilities import Backbone
+    from ember.families.base import Family
     from ember.media.limits import MediaLimits
     from ember.models.llm_rerankers import LlmReranker
 
@@ -93,8 +94,8 @@ class ResolvedModel:
     """A model's files on disk plus everything read from them; input to a backend.
 
     ``path`` is the transformer's directory (what a backend loads), ``root`` the model's
-    own (where sentence-transformers and head files live). ``kind`` is the row of the
-    capability table (``ember.capabilities``); left out, it follows ``task``.
+    own (where sentence-transformers and head files live). ``family`` is the model's
+    family (``ember.families``); left out, the plain one of ``task``.
     """
 
     spec: ModelSpec
@@ -113,7 +114,7 @@ class ResolvedModel:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     config: dict = field(default_factory=dict)
-    kind: ModelKind | None = None
+    family: Family = None  # type: ignore[assignment]  # None: set from task below
     root: Path | None = None
     # The rest of a sentence-transformers pipeline between the transformer and Normalize:
     # every Pooling mode when it concatenates several (its order; empty: just ``pooling``),
@@ -130,13 +131,12 @@ class ResolvedModel:
     llm: LlmReranker | None = None
 
     def __post_init__(self) -> None:
-        from ember.capabilities import KINDS, kind_for_task
+        if self.family is None:
+            from ember.families import for_task
 
-        if self.kind is None:
-            object.__setattr__(self, "kind", kind_for_task(self.task))
+            object.__setattr__(self, "family", for_task(self.task))
         if self.root is None:
             object.__setattr__(self, "root", self.path)
-        assert self.kind is not None and self.kind.name in KINDS
 
     @property
     def poolings(self) -> tuple[Pooling, ...]:
@@ -144,8 +144,7 @@ class ResolvedModel:
 
     @property
     def backbone(self) -> Backbone:
-        assert self.kind is not None
-        return self.kind.backbone
+        return self.family.backbone
 
     @property
     def device(self) -> str:

@@ -39,21 +39,23 @@ class StModules:
     transformer_dir: Path
     pooling: StPooling | None = None
     normalize: bool = False
-    # "colbert", "splade", "static", "sparse-static" or "router" when the modules say so
-    kind: str | None = None
+    # The input module when it is no transformer (StaticEmbedding, SparseStaticEmbedding,
+    # Router): its directory holds what it reads (tokenizer and table; router_config.json).
+    start: str | None = None
     dense: tuple[Path, ...] = ()  # sentence-transformers Dense modules' directories
     sparse_activation: SparseActivation = "relu"  # SpladePooling's
+    mlm: bool = False  # an MLMTransformer or SpladePooling: a SPLADE SparseEncoder
+    pylate: bool = False  # PyLate's Dense: a ColBERT
 
 
 # Module types by the last part of their class path (sentence_transformers.models.* in 5.x,
 # sentence_transformers.base.modules.* / .sentence_transformer.modules.* in 6.x); any
 # other module is refused.
 _COLBERT_MODULES = ("pylate.models.Dense", "pylate.models.Dense.Dense")
-# Input modules that are no transformer: the kind of model each makes. Their directory holds
-# what they read (the tokenizer and table; a Router's router_config.json and routes).
-TABLE_MODULES = {"StaticEmbedding": "static", "SparseStaticEmbedding": "sparse-static"}
-STATIC_KINDS = tuple(TABLE_MODULES.values())
-_INPUT_MODULES = {**TABLE_MODULES, "Router": "router"}
+# Input modules that are no transformer: a table per token id, or a Router's routes.
+TABLE_MODULES = ("StaticEmbedding", "SparseStaticEmbedding")
+ROUTER = "Router"
+_INPUT_MODULES = (*TABLE_MODULES, ROUTER)
 
 
 def st_modules(root: Path) -> StModules:
@@ -67,7 +69,8 @@ def st_modules(root: Path) -> StModules:
 def st_pipeline(root: Path, entries: list[tuple[str, Path]], where: Path) -> StModules:
     """One pipeline's modules in order (modules.json's, or a Router route's), each a
     (type, directory) pair; ``where`` names the file that lists them, for errors."""
-    transformer_dir, pooling, normalize, kind = root, None, False, None
+    transformer_dir, pooling, normalize, start = root, None, False, None
+    mlm = pylate = False
     dense: list[Path] = []
     activation: SparseActivation = "relu"
     for index, (full, mpath) in enumerate(entries):
@@ -75,21 +78,20 @@ def st_pipeline(root: Path, entries: list[tuple[str, Path]], where: Path) -> StM
         if name in _INPUT_MODULES:
             if index:
                 raise ConfigError(f"{where}: {name} must be the first module (it reads the text)")
-            transformer_dir, kind = mpath, _INPUT_MODULES[name]
-        elif kind == "router" and name != "Normalize":
+            transformer_dir, start = mpath, name
+        elif start == ROUTER and name != "Normalize":
             raise ConfigError(
                 f"{where}: a {name} module after a Router is not supported; Ember serves a "
                 "Router alone or followed by Normalize"
             )
         elif name in ("Transformer", "MLMTransformer"):
             transformer_dir = mpath
-            if name == "MLMTransformer":
-                kind = "splade"
+            mlm = mlm or name == "MLMTransformer"
         elif name == "SpladePooling":
             activation = _check_splade_pooling(read_json(mpath / "config.json") or {}, mpath)
-            kind = "splade"
+            mlm = True
         elif full in _COLBERT_MODULES or (full.startswith("pylate.") and name == "Dense"):
-            kind = "colbert"
+            pylate = True
         elif name == "Pooling":
             pooling = pooling_from_config(mpath / "config.json")
         elif name == "Dense":
@@ -107,7 +109,9 @@ def st_pipeline(root: Path, entries: list[tuple[str, Path]], where: Path) -> StM
                 "Ember serves Transformer + Pooling (+ Dense, Normalize) models, "
                 "StaticEmbedding, Router, PyLate ColBERT and SPLADE SparseEncoder models"
             )
-    return StModules(transformer_dir, pooling, normalize, kind, tuple(dense), activation)
+    return StModules(
+        transformer_dir, pooling, normalize, start, tuple(dense), activation, mlm, pylate
+    )
 
 
 def _check_splade_pooling(cfg: dict, path: Path) -> SparseActivation:

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from ember.backends.base import TokenBatch
 from ember.models.spec import ResolvedModel
-from ember.processors.text import Direction, TextTokenizer, Tokens
+from ember.processors.text import Direction, Tokens
 
 
 class TextProcessor(Protocol):
@@ -53,22 +53,5 @@ class TextProcessor(Protocol):
 
 
 def build_processor(model: ResolvedModel, max_length: int | None = None) -> TextProcessor:
-    """The processor the model's kind names in the capability table."""
-    assert model.kind is not None
-    if model.kind.processor == "media":
-        from ember.processors.media import build_media_processor
-
-        return build_media_processor(model, max_length)  # type: ignore[return-value]
-    if model.kind.processor == "colbert-text":
-        from ember.processors.colbert import ColbertTokenizer
-
-        return ColbertTokenizer(model, max_length)
-    if model.kind.processor == "llm-rerank":
-        from ember.processors.llm_rerank import LlmRerankTokenizer
-
-        return LlmRerankTokenizer(model, max_length)
-    if model.kind.processor == "router":
-        from ember.processors.router import RouterProcessor
-
-        return RouterProcessor(model, max_length)
-    return TextTokenizer(model, max_length, special_tokens=model.kind.processor != "static-text")
+    """The processor the model's family builds (``Family.processor``)."""
+    return model.family.processor(model, max_length)

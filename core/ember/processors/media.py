@@ -63,26 +63,22 @@ class MediaProcessor:
     side_prompts = False
 
     def __init__(self, model: ResolvedModel, max_length: int | None = None) -> None:
-        from transformers import AutoProcessor
+        import transformers
 
-        assert model.kind is not None
-        self.kind = model.kind.name
+        assert model.family.media is not None
+        self.facts = model.family.media
+        self.kind = model.family.name  # for errors
         self.model_name = model.served_name
         self.max_length = min(max_length or model.max_length, model.max_length)
         try:
-            if self.kind == "colpali":
-                from transformers import ColPaliProcessor as processor_class
-            elif self.kind == "colqwen2":
-                from transformers import ColQwen2Processor as processor_class
-            else:
-                processor_class = AutoProcessor
+            processor_class = getattr(transformers, self.facts.processor_class)
             self.processor: Any = processor_class.from_pretrained(str(model.path))
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{model.path}: cannot load the model's processor: {exc}") from exc
         self.tokenizer = self.processor.tokenizer
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
         # ColPali and ColQwen2 encode every text as a query (their processors' one text path).
-        self.encodes_queries = self.kind in ("colpali", "colqwen2")
+        self.encodes_queries = self.facts.queries
         self.limits = model.spec.media or MediaLimits()
         vision = model.config.get("vision_config") or {}
         self.patch_size = int(vision.get("patch_size") or 1)
@@ -116,7 +112,7 @@ class MediaProcessor:
                 for t in texts
             ]
         options: dict[str, Any] = {"max_length": self.max_length}
-        if self.kind == "siglip":  # as SigLIP's processor documents: to the max length
+        if self.facts.pads_text:  # as SigLIP's processor documents: to the max length
             options["padding"] = "max_length"
         # One call for the batch, unpadded (SigLIP's padding is per text): each item's
         # arrays are what the tokenizer gives that text alone.
@@ -177,7 +173,7 @@ class MediaProcessor:
 
     def image_features(self, image: Any, index: int = 0) -> Features:
         try:
-            if self.kind in ("colpali", "colqwen2"):
+            if self.facts.queries:
                 raw = self.processor.process_images([image], return_tensors="pt")
             else:
                 raw = self.processor.image_processor(images=[image], return_tensors="np")
@@ -245,7 +241,7 @@ class MediaProcessor:
         shapes = tuple(
             (name, a.shape[1:])
             for name, a in sorted(arrays.items())
-            if name not in SEQUENCE_ARRAYS and not (self.kind == "colqwen2" and a.ndim == 2)
+            if name not in SEQUENCE_ARRAYS and not (self.facts.flat_patches and a.ndim == 2)
         )
         return Features(modality, arrays, cost, (modality, shapes))
 
@@ -276,7 +272,7 @@ def build_media_processor(model: ResolvedModel, max_length: int | None = None) -
         import transformers  # noqa: F401
     except ImportError:
         raise MissingDependency(
-            f"{model.served_name} is a {model.kind.name if model.kind else ''} model, served "
+            f"{model.served_name} is a {model.family.name} model, served "
             "with its transformers processor: pip install 'ember[torch,media]'"
         ) from None
     return MediaProcessor(model, max_length)

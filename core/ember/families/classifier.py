@@ -1,0 +1,28 @@
+"""A sequence classifier with several labels: label scores by config.json's
+``problem_type`` (softmax, a sigmoid per label, or a regression's raw values)."""
+
+from __future__ import annotations
+
+from ember.families.base import Family, ModelFiles, lazy
+from ember.families.cross_encoder import logits_heads
+
+
+def detect(files: ModelFiles) -> bool:
+    return files.task == "classify" and not files.towers
+
+
+CLASSIFIER = Family(
+    name="classifier",
+    title="classifier",
+    backbone="sequence-classifier",
+    outputs=("logits",),
+    detect=detect,
+    resolve=lazy("ember.models.pipeline", "resolve_pipeline"),
+    heads=logits_heads,
+    processor=lazy("ember.processors.text", "TextTokenizer"),
+    detected_by="`*ForSequenceClassification`, several labels (`problem_type` single-label, "
+    "multi-label or regression)",
+    example="SamLowe/roberta-base-go_emotions",
+    classifies=True,
+    task="classify",
+)

@@ -1,0 +1,43 @@
+"""A sentence-transformers Transformer + Pooling (+ Dense, Normalize) model, or a plain
+encoder with ``--pooling``: one pooled vector per text. The default family of an encoder."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ember.families.base import Family, ModelFiles, lazy
+
+if TYPE_CHECKING:
+    from ember.capabilities import Output
+    from ember.heads.base import Head
+    from ember.models.spec import ResolvedModel
+
+
+def heads(model: ResolvedModel) -> dict[Output, Head]:
+    """Pooling (its modes, with or without the prompt), then the Dense layers."""
+    from ember.heads.build import projection
+    from ember.heads.dense import DenseHead
+
+    projections = tuple(projection(layer) for layer in model.dense_layers)
+    return {"dense": DenseHead(model.poolings, model.include_prompt, projections)}
+
+
+def detect(files: ModelFiles) -> bool:
+    return files.task == "embed" and not files.towers
+
+
+DENSE = Family(
+    name="dense",
+    title="text embedding",
+    backbone="encoder",
+    outputs=("dense",),
+    detect=detect,
+    resolve=lazy("ember.models.pipeline", "resolve_pipeline"),
+    heads=heads,
+    processor=lazy("ember.processors.text", "TextTokenizer"),
+    detected_by="a Transformer + Pooling model (the default for an encoder; `--pooling` "
+    "where it has no pooling config)",
+    example="sentence-transformers/all-MiniLM-L6-v2",
+    st_pipeline=True,
+    routable=True,
+)
