@@ -32,9 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "core"), str(REPO)]
 
 from benchmarks.flops import ModelShape, model_shape  # noqa: E402
-from ember.backends.base import Backend, TokenBatch  # noqa: E402
+from ember.backends.base import Backend  # noqa: E402
+from ember.batch import TokenBatch, Tokens  # noqa: E402
 from ember.engine.batcher import WorkItem, padding_budget_for, take_batch  # noqa: E402
-from ember.processors.text import Tokens, collate  # noqa: E402
+from ember.processors.text import collate  # noqa: E402
 
 BGE_BASE = {
     "vocab_size": 30522,

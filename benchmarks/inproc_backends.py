@@ -31,7 +31,8 @@ sys.path[:0] = [str(REPO / "core"), str(REPO)]
 
 from benchmarks.corpus import make_sentences  # noqa: E402
 from ember.backends import load_backend  # noqa: E402
-from ember.backends.base import Backend, TokenBatch  # noqa: E402
+from ember.backends.base import Backend  # noqa: E402
+from ember.batch import TokenBatch  # noqa: E402
 from ember.heads.dense import DenseHead  # noqa: E402
 from ember.models.resolve import default_model_path, resolve_model  # noqa: E402
 from ember.models.spec import ModelSpec, ResolvedModel  # noqa: E402

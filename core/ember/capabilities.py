@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 # What the network of a model computes, and so what a backend loads and returns:
-# an encoder's token states, a sequence classifier's logits (ember.backends.base), a
+# an encoder's token states, a sequence classifier's logits (ember.batch: Outputs), a
 # dual encoder's projected embedding per input (CLIP, SigLIP, CLAP: one tower per
 # modality), a retrieval VLM's projected token vectors (ColPali, ColQwen2), a static
 # table of one vector or weight per token id and no network (StaticEmbedding,

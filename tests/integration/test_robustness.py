@@ -15,7 +15,8 @@ import pytest
 
 from ember.api.app import create_app
 from ember.backends import load_backend
-from ember.backends.base import BackendDefaults, Outputs, TokenBatch
+from ember.backends.base import BackendDefaults
+from ember.batch import Outputs, TokenBatch
 from ember.config import settings_from_env
 from ember.engine import EngineArray
 from ember.errors import BackendFailure, Overloaded

@@ -186,7 +186,10 @@ def test_other_backends_refuse_a_static_model(paths: dict[str, Path]) -> None:
             load_backend(model)
     bert = paths["router"] / "document_0_Transformer"
     model = resolve_model(ModelSpec(str(bert), backend="numpy", pooling="mean"))
-    with pytest.raises(ConfigError, match=r"dense model, served by --backend torch or onnx or ct2 or neuron \(not numpy\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"dense model, served by --backend torch or onnx or ct2 or neuron \(not numpy\)",
+    ):
         load_backend(model)
     errors = refused_start(["--model-id", str(paths["static-mrl"]), "--backend", "onnx"])
     assert len(errors) == 1 and "is a static model" in errors[0], errors

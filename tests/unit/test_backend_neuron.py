@@ -24,7 +24,7 @@ import torch
 from ember.backends import artifacts
 from ember.backends import neuron_backend as nb
 from ember.backends import neuron_export as ne
-from ember.backends.base import TokenBatch
+from ember.batch import TokenBatch
 from ember.config import settings_from_env
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ModelSpec, ResolvedModel

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from ember.backends.base import PaddingBudget
+from ember.batch import Tokens
 from ember.engine.batcher import PADDING_ACCELERATOR, PADDING_CPU, WorkItem, take_batch
-from ember.processors.text import Tokens, collate
+from ember.processors.text import collate
 
 
 def _items(lengths: list[int]) -> list[WorkItem]:

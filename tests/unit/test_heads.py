@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ember.backends.base import ATTENTION, TOKEN_STATES
+from ember.batch import ATTENTION, TOKEN_STATES, Tokens
 from ember.heads.sparse import LexicalWeightsHead
-from ember.processors.text import Tokens, collate
+from ember.processors.text import collate
 
 
 def test_lexical_weights_take_a_mask_wider_than_the_batch() -> None:

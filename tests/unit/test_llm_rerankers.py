@@ -15,8 +15,8 @@ import pytest
 from ember.backends import ct2_backend
 from ember.backends.choice import choose_backend
 from ember.backends.neuron_export import compile_options
-from ember.families import by_name
 from ember.errors import BadRequest, ConfigError
+from ember.families import by_name
 from ember.models.llm_rerankers import FAMILIES, answer_token_ids
 from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec

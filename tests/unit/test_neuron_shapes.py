@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ember.backends.base import TokenBatch
 from ember.backends.neuron_shapes import (
     Chunk,
     bucket_for,
@@ -16,6 +15,7 @@ from ember.backends.neuron_shapes import (
     plan_chunks,
     scatter_results,
 )
+from ember.batch import TokenBatch
 
 PAD = 0
 

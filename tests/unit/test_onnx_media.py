@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from ember.backends import load_backend, onnx_media_export
-from ember.backends.base import EMBEDDINGS, FeatureBatch
 from ember.backends.choice import Choice, choose_backend
 from ember.backends.onnx_media_export import TOWER_FILES, media_plan
+from ember.batch import EMBEDDINGS, FeatureBatch
 from ember.errors import ConfigError
 from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec, ResolvedModel

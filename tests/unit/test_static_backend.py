@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.backends.base import EMBEDDINGS, TokenBatch
 from ember.backends.static_backend import StaticBackend
+from ember.batch import EMBEDDINGS, TokenBatch
 
 
 def _backend(table: np.ndarray, mean: bool) -> StaticBackend:

@@ -12,74 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-import numpy as np
-
+from ember.batch import Batch, Outputs
 from ember.models.spec import ResolvedModel
-
-# Named outputs of a forward pass:
-#   TOKEN_STATES  float32 [batch, seq, hidden]  encoders (the last hidden state)
-#   LOGITS        float32 [batch, labels]       sequence classifiers (the model's own head)
-#   ATTENTION     int64 [batch, seq]             optional: the mask the states were computed
-#                                                with, when a backend reshaped the batch
-#   EMBEDDINGS    float32 [batch, dim]           dual encoders: a tower's projected output
-TOKEN_STATES = "token_states"
-LOGITS = "logits"
-ATTENTION = "attention_mask"
-EMBEDDINGS = "embeddings"
-Outputs = dict[str, np.ndarray]
-
-
-@dataclass(frozen=True)
-class TokenBatch:
-    """A padded batch, right-padded, as numpy int64 arrays of shape [batch, seq].
-
-    ``lengths`` is each row's own length (positions the processor produced for it). It
-    equals ``attention_mask.sum(1)`` except where a processor masks positions it still
-    wants outputs for (ColBERT's query expansion). ``keep`` is, per row, the positions a
-    multi-vector output keeps when not all of them (ColBERT's document skiplist).
-    ``pool_from`` is, per row, the positions before it a dense head leaves out of pooling
-    (a prompt's, for a Pooling with ``include_prompt: false``). ``route`` is the
-    sentence-transformers Router route every row of the batch takes (None: no Router).
-    Backends read only the three arrays (a Router's, the route).
-    """
-
-    input_ids: np.ndarray
-    attention_mask: np.ndarray
-    token_type_ids: np.ndarray
-    lengths: np.ndarray | None = None
-    keep: tuple[tuple[int, ...] | None, ...] | None = None
-    pool_from: np.ndarray | None = None
-    route: str | None = None
-
-    def row_lengths(self) -> np.ndarray:
-        if self.lengths is not None:
-            return self.lengths
-        return self.attention_mask.sum(axis=1)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (int(self.input_ids.shape[0]), int(self.input_ids.shape[1]))
-
-    @property
-    def real_tokens(self) -> int:
-        return int(self.attention_mask.sum())
-
-
-@dataclass(frozen=True)
-class FeatureBatch:
-    """A batch of one modality for a media model: the arrays its processor produced
-    (``input_ids``/``pixel_values``/``input_features``...), token arrays right-padded."""
-
-    modality: str
-    arrays: dict[str, np.ndarray]
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        first = next(iter(self.arrays.values()))
-        return tuple(int(n) for n in first.shape)
-
-
-Batch = TokenBatch | FeatureBatch
 
 
 @dataclass(frozen=True)

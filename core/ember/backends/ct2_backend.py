@@ -29,15 +29,9 @@ from typing import Any
 import numpy as np
 
 from ember.backends import artifacts, isolated
-from ember.backends.base import (
-    LOGITS,
-    TOKEN_STATES,
-    BackendDefaults,
-    BackendInfo,
-    Outputs,
-    TokenBatch,
-)
+from ember.backends.base import BackendDefaults, BackendInfo
 from ember.backends.registry import REGISTRY
+from ember.batch import LOGITS, TOKEN_STATES, Outputs, TokenBatch
 from ember.cpu import cpu_forward_plan, physical_cores
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel

@@ -25,15 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ember.backends.base import (
-    ATTENTION,
-    LOGITS,
-    TOKEN_STATES,
-    BackendDefaults,
-    BackendInfo,
-    Outputs,
-    TokenBatch,
-)
+from ember.backends.base import BackendDefaults, BackendInfo
 from ember.backends.neuron_export import (
     MISSING_SDK,
     TASK_CLASSES,
@@ -51,6 +43,7 @@ from ember.backends.neuron_shapes import (
     plan_chunks,
     scatter_results,
 )
+from ember.batch import ATTENTION, LOGITS, TOKEN_STATES, Outputs, TokenBatch
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel, Task
 

@@ -13,17 +13,9 @@ from typing import Any
 import numpy as np
 
 from ember.backends import artifacts
-from ember.backends.base import (
-    LOGITS,
-    TOKEN_STATES,
-    Backend,
-    BackendDefaults,
-    BackendInfo,
-    Outputs,
-    PaddingBudget,
-    TokenBatch,
-)
+from ember.backends.base import Backend, BackendDefaults, BackendInfo, PaddingBudget
 from ember.backends.onnx_export import BACKEND, Plan, import_ort, plan_for, prepare
+from ember.batch import LOGITS, TOKEN_STATES, Outputs, TokenBatch
 from ember.cpu import cpu_forward_plan, physical_cores
 from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ember.backends.base import Backend, BackendDefaults, BackendInfo, Batch, Outputs, TokenBatch
+from ember.backends.base import Backend, BackendDefaults, BackendInfo
+from ember.batch import Batch, Outputs, TokenBatch
 
 
 class RouterBackend(BackendDefaults):

@@ -14,7 +14,8 @@ import logging
 
 import numpy as np
 
-from ember.backends.base import EMBEDDINGS, BackendDefaults, BackendInfo, Batch, Outputs
+from ember.backends.base import BackendDefaults, BackendInfo
+from ember.batch import EMBEDDINGS, Batch, Outputs
 from ember.cpu import cpu_forward_plan
 from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel

@@ -9,16 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends.base import (
-    LOGITS,
-    TOKEN_STATES,
-    Backend,
-    BackendDefaults,
-    BackendInfo,
-    Outputs,
-    TokenBatch,
-)
+from ember.backends.base import Backend, BackendDefaults, BackendInfo
 from ember.backends.gpu_check import torch_cuda_check
+from ember.batch import LOGITS, TOKEN_STATES, Outputs, TokenBatch
 from ember.capabilities import MEDIA_BACKBONES
 from ember.cpu import cpu_forward_plan
 from ember.errors import ConfigError, MissingDependency

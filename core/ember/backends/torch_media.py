@@ -14,16 +14,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ember.backends.base import (
-    ATTENTION,
-    EMBEDDINGS,
-    TOKEN_STATES,
-    BackendInfo,
-    Batch,
-    FeatureBatch,
-    Outputs,
-)
+from ember.backends.base import BackendInfo
 from ember.backends.torch_backend import TorchPlacement, take_preloaded
+from ember.batch import ATTENTION, EMBEDDINGS, TOKEN_STATES, Batch, FeatureBatch, Outputs
 from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel
 

@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ember.backends.base import Backend
+from ember.batch import Features, Tokens
 from ember.capabilities import Output
 from ember.cpu import lower_thread_priority
 from ember.heads.base import Head
 from ember.models.spec import ResolvedModel
 from ember.processors import TextProcessor
-from ember.processors.media import Features
-from ember.processors.text import Tokens
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ember.backends.base import ATTENTION, Batch, TokenBatch
+from ember.batch import ATTENTION, Batch, TokenBatch
 from ember.capabilities import Output
 
 

@@ -9,7 +9,7 @@ from typing import Literal
 
 import numpy as np
 
-from ember.backends.base import EMBEDDINGS, LOGITS, TOKEN_STATES, TokenBatch
+from ember.batch import EMBEDDINGS, LOGITS, TOKEN_STATES, TokenBatch
 from ember.heads.base import attention, select
 from ember.heads.pooling import pool_modes
 from ember.models.spec import Pooling

@@ -9,7 +9,7 @@ from typing import Literal
 
 import numpy as np
 
-from ember.backends.base import ATTENTION, EMBEDDINGS, TOKEN_STATES, Batch
+from ember.batch import ATTENTION, EMBEDDINGS, TOKEN_STATES, Batch
 from ember.heads.base import select
 
 

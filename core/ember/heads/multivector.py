@@ -13,7 +13,7 @@ from typing import Literal
 
 import numpy as np
 
-from ember.backends.base import TOKEN_STATES, TokenBatch
+from ember.batch import TOKEN_STATES, TokenBatch
 from ember.heads.postprocess import l2_normalize
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends.base import Batch, TokenBatch
+from ember.batch import Batch, TokenBatch
 from ember.capabilities import Output
 from ember.heads.base import Head
 from ember.heads.postprocess import l2_normalize

@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from ember.backends.base import EMBEDDINGS, TOKEN_STATES, TokenBatch
+from ember.batch import EMBEDDINGS, TOKEN_STATES, TokenBatch
 from ember.heads.base import attention
 
 

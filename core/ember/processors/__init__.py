@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from ember.backends.base import TokenBatch
+from ember.batch import TokenBatch, Tokens
 from ember.models.spec import ResolvedModel
-from ember.processors.text import Direction, Tokens
+from ember.processors.text import Direction
 
 
 class TextProcessor(Protocol):

@@ -18,13 +18,12 @@ from collections.abc import Sequence
 
 from tokenizers import Tokenizer
 
-from ember.backends.base import TokenBatch
+from ember.batch import TokenBatch, Tokens
 from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel
 from ember.processors.text import (
     Direction,
     TextTokenizer,
-    Tokens,
     collate,
     declared_token_ids,
     load_tokenizer,

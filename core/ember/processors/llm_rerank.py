@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ember.batch import Tokens
 from ember.errors import BadRequest
 from ember.models.spec import ResolvedModel
-from ember.processors.text import TextTokenizer, Tokens, declared_token_ids
+from ember.processors.text import TextTokenizer, declared_token_ids
 
 QWEN3_PREFIX = (
     "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query "

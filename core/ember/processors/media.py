@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ember.backends.base import FeatureBatch
+from ember.batch import FeatureBatch, Features
 from ember.capabilities import Modality
 from ember.errors import BadRequest, ConfigError, MissingDependency
 from ember.media.limits import MediaLimits
@@ -39,21 +38,6 @@ _LONG_CLIP_LOCK = threading.Lock()
 SEQUENCE_ARRAYS = ("input_ids", "attention_mask", "token_type_ids")
 # Processor outputs that are for training, not for the forward pass.
 DROPPED_ARRAYS = ("labels",)
-
-
-@dataclass(frozen=True, slots=True)
-class Features:
-    """One input's model features (arrays with a leading axis of one item, except arrays
-    that are concatenated whole), with the batcher's ``cost`` and shape ``key``."""
-
-    modality: Modality
-    arrays: dict[str, np.ndarray]
-    cost: int
-    key: Hashable
-
-    def __len__(self) -> int:
-        """Usage: tokens for text and for VLM pages, patches or frames for media."""
-        return self.cost
 
 
 class MediaProcessor:

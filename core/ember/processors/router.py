@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ember.backends.base import TokenBatch
+from ember.batch import TokenBatch, Tokens
 from ember.errors import BadRequest
 from ember.models.spec import ResolvedModel
-from ember.processors.text import Direction, Tokens
+from ember.processors.text import Direction
 
 
 class RouterProcessor:

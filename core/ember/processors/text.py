@@ -9,51 +9,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from ember.backends.base import TokenBatch
+from ember.batch import TokenBatch, Tokens
 from ember.errors import BadRequest, ConfigError
 from ember.models.spec import ResolvedModel
 
 Direction = Literal["right", "left"]
-
-
-@dataclass(frozen=True)
-class Tokens:
-    """One text's ids, ready to batch; ``truncated_from`` is the length before truncation.
-
-    ``attention`` is the attention mask when not all ones (ColBERT's query expansion);
-    ``keep`` the positions a multi-vector output keeps when not all (ColBERT's document
-    skiplist); ``pool_from`` the leading positions pooling leaves out (the prompt, where
-    the model pools without it). ``route`` is the Router route that encodes it. ``cost``
-    is what the batcher schedules by: the padded positions it takes.
-    """
-
-    ids: list[int]
-    type_ids: list[int]
-    truncated_from: int | None = None
-    attention: list[int] | None = None
-    keep: tuple[int, ...] | None = None
-    pool_from: int = 0
-    route: str | None = None
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    @property
-    def cost(self) -> int:
-        return len(self.ids)
-
-    @property
-    def key(self) -> str | None:
-        """Texts of any length share a batch (padding makes the shapes agree), of one
-        Router route only (each route has its own network)."""
-        return self.route
 
 
 def collate(tokens: Sequence[Tokens], pad_id: int) -> TokenBatch:
