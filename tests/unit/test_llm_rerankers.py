@@ -17,7 +17,7 @@ from ember.backends.choice import choose_backend
 from ember.backends.neuron_export import compile_options
 from ember.errors import BadRequest, ConfigError
 from ember.families import by_name
-from ember.models.llm_rerankers import FAMILIES, answer_token_ids
+from ember.models.llm_rerankers import TEMPLATES, answer_token_ids
 from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec
 from ember.processors import build_processor
@@ -64,7 +64,7 @@ def test_each_family_is_detected_with_its_answer_tokens(
 
     model = resolve_model(ModelSpec(str(models[family])))
     assert model.family is by_name("llm-reranker") and model.task == "rerank"
-    assert model.llm is not None and model.llm.family.name == FAMILY_NAMES[family]
+    assert model.llm is not None and model.llm.template.name == FAMILY_NAMES[family]
     assert model.family.capabilities == ["rerank"]
     tok = AutoTokenizer.from_pretrained(str(models[family]))
     want = [tok.convert_tokens_to_ids(t) for t in ANSWERS[family] if t is not None]
@@ -123,7 +123,7 @@ def test_a_hub_cache_path_names_the_family(models: dict[str, Path], tmp_path: Pa
     snapshot = tmp_path / "models--Qwen--Qwen3-Reranker-4B" / "snapshots" / "0123abcd"
     shutil.copytree(models["qwen3"], snapshot)
     model = resolve_model(ModelSpec(str(snapshot)))
-    assert model.llm is not None and model.llm.family.name == "qwen3-reranker"
+    assert model.llm is not None and model.llm.template.name == "qwen3-reranker"
 
 
 def test_an_unnamed_causal_lm_is_refused_with_both_ways_to_serve_it(
@@ -139,7 +139,7 @@ def test_an_unnamed_causal_lm_is_refused_with_both_ways_to_serve_it(
         "with it"
     )
     ranked = resolve_model(ModelSpec(str(path), task="rerank"))
-    assert ranked.llm is not None and ranked.llm.family.name == "qwen3-reranker"
+    assert ranked.llm is not None and ranked.llm.template.name == "qwen3-reranker"
     embedder = resolve_model(ModelSpec(str(path), pooling="last"))
     assert embedder.family is by_name("dense") and embedder.llm is None
 
@@ -177,7 +177,7 @@ def test_task_rerank_on_a_causal_lm_without_a_template_is_refused(
 
 
 def test_answer_tokens_must_be_single_tokens(models: dict[str, Path]) -> None:
-    family = replace(FAMILIES[0], positive="the capital city")
+    family = replace(TEMPLATES[0], positive="the capital city")
     with pytest.raises(ConfigError, match=r"encodes 'the capital city' as [0-9]+ tokens"):
         answer_token_ids(family, models["qwen3"])
 

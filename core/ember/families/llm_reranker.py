@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ember.heads.base import Head
 
 
-def _reranker(files: ModelFiles) -> llm_rerankers.LlmFamily | None:
+def _reranker(files: ModelFiles) -> llm_rerankers.LlmTemplate | None:
     if files.modules.start is not None:
         return None
     config = files.config

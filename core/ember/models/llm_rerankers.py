@@ -1,7 +1,7 @@
 """LLM rerankers: causal LMs that score a (query, document) pair by the logits of their
 answer tokens at the last position of a prompt template.
 
-Each family is one row of ``FAMILIES``: its architecture, the answer tokens, the default
+Each template is one row of ``TEMPLATES``: its architecture, the answer tokens, the default
 instruction and length budget of the reference that documents it (the model card, or the
 model's own package), and what a model id that names it contains. The prompt each builds is
 in ``ember.processors.llm_rerank``; backends compute only the answer tokens' rows of the LM
@@ -9,7 +9,7 @@ head (``ember.backends.torch_causal``), never the whole vocabulary (151,669 rows
 Qwen3-Reranker, 256,000 for Gemma).
 
 A causal LM's files do not say that it reranks (Qwen3-Reranker-0.6B and Qwen3-0.6B have the
-same config and tokenizer), so a family is served when the model id names it or
+same config and tokenizer), so a template is served when the model id names it or
 ``--task rerank`` asks for it; any other causal LM of these architectures without a pooling
 config is refused with both ways to serve it.
 """
@@ -35,8 +35,8 @@ FLAG_LLM_PROMPT = (
 
 
 @dataclass(frozen=True)
-class LlmFamily:
-    """One LLM reranker family, as its reference scores it.
+class LlmTemplate:
+    """One LLM reranker template, as its reference scores it.
 
     The score logit is ``logit(positive) - logit(negative)`` (a softmax over the two is the
     sigmoid of it), or ``logit(positive)`` alone where there is no negative token.
@@ -47,8 +47,8 @@ class LlmFamily:
     name: str
     architecture: str  # config.json architectures[0]
     model_type: str
-    example: str  # a checkpoint of the family
-    marker: str  # what a model id of the family contains (lowercase)
+    example: str  # a checkpoint of the template
+    marker: str  # what a model id of the template contains (lowercase)
     positive: str
     negative: str | None
     instruction: str | None  # the default; None: the template has no instruction line
@@ -56,8 +56,8 @@ class LlmFamily:
     reference: str  # where the template and scoring are documented
 
 
-FAMILIES: tuple[LlmFamily, ...] = (
-    LlmFamily(
+TEMPLATES: tuple[LlmTemplate, ...] = (
+    LlmTemplate(
         "qwen3-reranker",
         "Qwen3ForCausalLM",
         "qwen3",
@@ -69,7 +69,7 @@ FAMILIES: tuple[LlmFamily, ...] = (
         8192,
         "the Qwen3-Reranker model card",
     ),
-    LlmFamily(
+    LlmTemplate(
         "mxbai-rerank-v2",
         "Qwen2ForCausalLM",
         "qwen2",
@@ -81,7 +81,7 @@ FAMILIES: tuple[LlmFamily, ...] = (
         8192,
         "the mxbai-rerank package (MxbaiRerankV2)",
     ),
-    LlmFamily(
+    LlmTemplate(
         "bge-reranker-v2-gemma",
         "GemmaForCausalLM",
         "gemma",
@@ -98,22 +98,22 @@ FAMILIES: tuple[LlmFamily, ...] = (
 
 @dataclass(frozen=True)
 class LlmReranker:
-    """What serving one LLM reranker needs: its family, the instruction it is served with
-    (``--instruction``, else the family's), and the ids of its answer tokens (positive
+    """What serving one LLM reranker needs: its template, the instruction it is served with
+    (``--instruction``, else the template's), and the ids of its answer tokens (positive
     first), the rows of the LM head the backends compute."""
 
-    family: LlmFamily
+    template: LlmTemplate
     instruction: str | None
     token_ids: tuple[int, ...]
 
 
-def _family_for(config: dict) -> LlmFamily | None:
+def _template_for(config: dict) -> LlmTemplate | None:
     archs = config.get("architectures") or []
     arch = archs[0] if archs else ""
     model_type = str(config.get("model_type", ""))
-    for family in FAMILIES:
-        if family.architecture == arch and family.model_type == model_type:
-            return family
+    for template in TEMPLATES:
+        if template.architecture == arch and template.model_type == model_type:
+            return template
     return None
 
 
@@ -128,10 +128,10 @@ def model_names(model_id: str, root: Path, config: dict) -> list[str]:
 
 def detect(
     config: dict, names: Sequence[str], task: str | None, pooled: bool, served_name: str
-) -> LlmFamily | None:
-    """The LLM reranker family a model is, or None when it is not one.
+) -> LlmTemplate | None:
+    """The LLM reranker template a model is, or None when it is not one.
 
-    A causal LM of a family's architecture is that reranker when a name says so or
+    A causal LM of a template's architecture is that reranker when a name says so or
     ``--task rerank`` asks; served as an embedder with ``--task embed`` or a pooling
     config; refused otherwise, since its files cannot tell the two apart.
     """
@@ -139,55 +139,57 @@ def detect(
     arch = archs[0] if archs else ""
     if not arch.endswith("ForCausalLM") or task in ("embed", "classify") or pooled:
         return None
-    family = _family_for(config)
-    if family is None:
+    template = _template_for(config)
+    if template is None:
         if task == "rerank":
-            known = ", ".join(f"{f.architecture} ({f.name})" for f in FAMILIES)
+            known = ", ".join(f"{f.architecture} ({f.name})" for f in TEMPLATES)
             raise ConfigError(
                 f"--task rerank: {served_name} is a {arch} ({config.get('model_type', '?')}), "
                 f"a causal LM Ember has no reranker template for; LLM rerankers: {known}"
             )
         return None
-    if task == "rerank" or any(family.marker in name for name in names):
-        return family
+    if task == "rerank" or any(template.marker in name for name in names):
+        return template
     raise ConfigError(
         f"{served_name} is a {arch} without a sentence-transformers pooling config: an LLM "
         f"reranker or a decoder its files do not say; pass --task rerank to serve it as "
-        f"{family.name} ({family.example}'s template), or --pooling last to embed with it"
+        f"{template.name} ({template.example}'s template), or --pooling last to embed with it"
     )
 
 
-def answer_token_ids(family: LlmFamily, tokenizer_dir: Path) -> tuple[int, ...]:
-    """The ids of the family's answer tokens in the model's own tokenizer, each of which
+def answer_token_ids(template: LlmTemplate, tokenizer_dir: Path) -> tuple[int, ...]:
+    """The ids of the template's answer tokens in the model's own tokenizer, each of which
     must be one token (as the reference takes the first id of its encoding)."""
     from tokenizers import Tokenizer
 
     file = tokenizer_dir / "tokenizer.json"
     if not file.is_file():
-        raise ConfigError(f"{tokenizer_dir} has no tokenizer.json; {family.name} needs one")
+        raise ConfigError(f"{tokenizer_dir} has no tokenizer.json; {template.name} needs one")
     tok = Tokenizer.from_file(str(file))
     ids = []
-    for token in (family.positive, family.negative):
+    for token in (template.positive, template.negative):
         if token is None:
             continue
         encoded = tok.encode(token, add_special_tokens=False).ids
         if len(encoded) != 1:
             raise ConfigError(
                 f"{tokenizer_dir}: the tokenizer encodes {token!r} as {len(encoded)} tokens "
-                f"({encoded}); {family.name} scores by it as one token: not a {family.name} "
+                f"({encoded}); {template.name} scores by it as one token: not a {template.name} "
                 "tokenizer"
             )
         ids.append(encoded[0])
     return tuple(ids)
 
 
-def llm_reranker(family: LlmFamily, tokenizer_dir: Path, instruction: str | None) -> LlmReranker:
-    """The family with its answer tokens and the instruction it is served with."""
+def llm_reranker(
+    template: LlmTemplate, tokenizer_dir: Path, instruction: str | None
+) -> LlmReranker:
+    """The template with its answer tokens and the instruction it is served with."""
     log.info(
         "%s: LLM reranker %s, prompt and scoring of %s",
         tokenizer_dir,
-        family.name,
-        family.reference,
+        template.name,
+        template.reference,
     )
-    chosen = instruction if instruction is not None else family.instruction
-    return LlmReranker(family, chosen, answer_token_ids(family, tokenizer_dir))
+    chosen = instruction if instruction is not None else template.instruction
+    return LlmReranker(template, chosen, answer_token_ids(template, tokenizer_dir))

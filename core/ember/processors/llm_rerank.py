@@ -58,7 +58,7 @@ class LlmRerankTokenizer(TextTokenizer):
     def __init__(self, model: ResolvedModel, max_length: int | None = None) -> None:
         super().__init__(model, max_length)
         assert model.llm is not None
-        self.family = model.llm.family
+        self.template = model.llm.template
         self.instruction = model.llm.instruction
         self.positions = self.max_length  # what the network takes
         layouts: dict[str, Callable[[str, list[str], str | None], list[Prompt]]] = {
@@ -66,24 +66,24 @@ class LlmRerankTokenizer(TextTokenizer):
             "mxbai-rerank-v2": self._mxbai,
             "bge-reranker-v2-gemma": self._flag,
         }
-        self._layout = layouts[self.family.name]
+        self._layout = layouts[self.template.name]
         self._sep = self._ids(SEP)
-        if self.family.name == "qwen3-reranker":
+        if self.template.name == "qwen3-reranker":
             self._prefix_ids, self._suffix_ids = self._ids(QWEN3_PREFIX), self._ids(QWEN3_SUFFIX)
-            self.max_length = min(self.family.max_length, self.positions)
-        elif self.family.name == "mxbai-rerank-v2":
+            self.max_length = min(self.template.max_length, self.positions)
+        elif self.template.name == "mxbai-rerank-v2":
             self._prefix_ids, self._suffix_ids = self._ids(MXBAI_PREFIX), self._ids(MXBAI_SUFFIX)
             self._task_ids = self._ids(MXBAI_TASK)
             fixed = len(self._prefix_ids) + len(self._task_ids) + len(self._suffix_ids)
             self._fixed = fixed + len(self._sep)
             # prepare_predefined_inputs: the budget shrinks to fit the model's positions
-            self._budget = min(self.family.max_length, self.positions - self._fixed)
+            self._budget = min(self.template.max_length, self.positions - self._fixed)
             self.max_length = self._budget + self._fixed
         else:
             declared = declared_token_ids(self._exact, model.path, ("bos_token", "pad_token"))
             bos = declared.get("bos_token")
             self._bos = [bos] if bos is not None and bos != declared.get("pad_token") else []
-            self._budget = self.family.max_length
+            self._budget = self.template.max_length
             prompt = len(self._ids(self.instruction or ""))
             self.max_length = len(self._bos) + self._budget + 2 * (len(self._sep) + prompt)
 
@@ -117,7 +117,7 @@ class LlmRerankTokenizer(TextTokenizer):
             return Tokens(ids, [0] * len(ids))
         if not truncate:
             raise BadRequest(
-                f"query and document take {full} tokens in the {self.family.name} prompt, more "
+                f"query and document take {full} tokens in the {self.template.name} prompt, more "
                 f"than it keeps (at most {self.max_length}); send truncate=true or shorten them",
                 param="documents",
             )
