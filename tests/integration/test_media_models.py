@@ -17,6 +17,7 @@ import pytest
 
 from tests.fixtures import media_references as ref
 from tests.fixtures.media_models import (
+    build_st_clip,
     build_tiny_clap,
     build_tiny_clip,
     build_tiny_colpali,
@@ -90,6 +91,8 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "clap": build_tiny_clap(root / "clap"),
         "colpali": build_tiny_colpali(root / "colpali"),
         "colqwen2": build_tiny_colqwen2(root / "colqwen2"),
+        "st-clip": build_st_clip(root / "st-clip", "st6"),
+        "st-clip-legacy": build_st_clip(root / "st-clip-legacy", "legacy"),
     }
 
 
@@ -105,7 +108,7 @@ def files() -> Iterator[MediaServer]:
 def server(paths: dict[str, Path], minilm_path: Path) -> Iterator[ServerProcess]:
     """Media models beside a text model, fetching allowed to this machine's test server;
     every model on torch (the towers as transformers runs them)."""
-    names = ("clip", "siglip", "clap", "colpali", "colqwen2")
+    names = ("clip", "siglip", "clap", "colpali", "colqwen2", "st-clip", "st-clip-legacy")
     models = ";".join([*(str(paths[n]) for n in names), str(minilm_path)])
     with start_server(
         [
@@ -170,6 +173,32 @@ def test_clip_images_match_transformers(server: ServerProcess, paths: dict[str, 
     # one at a time gives the same vectors as a batch of three
     alone = np.vstack([embeddings(server, "clip", [uri], "image") for uri in _uris()])
     assert cosines(alone, got).min() >= COSINE
+
+
+@pytest.mark.parametrize("name", ["st-clip", "st-clip-legacy"])
+def test_sentence_transformers_clip_matches_its_encode(
+    server: ServerProcess, paths: dict[str, Path], name: str
+) -> None:
+    """sentence-transformers' own CLIP formats (6.x's Transformer save, and the CLIPModel
+    module clip-ViT-B-32 was saved with) serve as CLIP, equal to SentenceTransformer.encode
+    of the same texts and decoded images (the reference library, installed beside Ember)."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(paths[name]), device="cpu")
+    listed = {m["id"]: m for m in post_get(server, "/v1/models")["data"]}
+    assert listed[name]["kind"] == "clip"
+    assert "image_embed" in listed[name]["capabilities"]
+    got = embeddings(server, name, TEXTS, "text")
+    assert cosines(got, model.encode(TEXTS)).min() >= COSINE
+    got = embeddings(server, name, _uris(), "image")
+    assert cosines(got, model.encode(_decoded_images())).min() >= COSINE
+
+
+def post_get(server: ServerProcess, path: str) -> dict:
+    with server.client() as client:
+        response = client.get(path)
+    assert response.status_code == 200, response.text
+    return response.json()
 
 
 def test_clip_image_urls_equal_data_uris(server: ServerProcess, files: MediaServer) -> None:

@@ -37,7 +37,7 @@ def resolve_media(files: ModelFiles, family: Family) -> ResolvedModel:
         positions = int(text.get("max_position_embeddings") or 77)
     return ResolvedModel(
         spec=replace(spec, task="embed"),
-        path=files.root,
+        path=files.modules.transformer_dir,
         served_name=served_name,
         task="embed",
         architecture=(config.get("architectures") or ["?"])[0],
@@ -82,7 +82,8 @@ CLIP = Family(
     title="CLIP",
     outputs=("dense",),
     detect=model_type_is("clip"),
-    detected_by="`model_type` `clip` (a `vision_config`)",
+    detected_by="`model_type` `clip` (a `vision_config`); also as sentence-transformers saves "
+    "it (6.x's `Transformer`, or the `CLIPModel` module of clip-ViT-B-32)",
     example="openai/clip-vit-base-patch32",
     backends=("torch", "onnx"),
     modalities=TEXT_IMAGE,

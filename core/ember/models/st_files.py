@@ -84,7 +84,7 @@ def st_pipeline(root: Path, entries: list[tuple[str, Path]], where: Path) -> StM
                 f"{where}: a {name} module after a Router is not supported; Ember serves a "
                 "Router alone or followed by Normalize"
             )
-        elif name in ("Transformer", "MLMTransformer"):
+        elif name in ("Transformer", "MLMTransformer", "CLIPModel"):  # CLIPModel: ST < 5.4
             transformer_dir = mpath
             mlm = mlm or name == "MLMTransformer"
         elif name == "SpladePooling":
