@@ -12,7 +12,9 @@ so serving finds every file it would have downloaded. Empty ids bake nothing.
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 HUB_PATTERNS = [
     "*.json",
@@ -28,10 +30,30 @@ HUB_PATTERNS = [
     "onnx/model.onnx",
     "onnx/model.onnx_data",  # external weights of a graph over 2 GiB
 ]
+# Weights saved before safetensors, fetched only for a snapshot whose transformer has none.
+LEGACY_WEIGHT_PATTERNS = [
+    "pytorch_model.bin",
+    "pytorch_model-*.bin",
+    "*/pytorch_model.bin",
+    "*/pytorch_model-*.bin",
+]
 
 
 def split(value: str) -> list[str]:
     return [part.strip() for part in value.split(";")]
+
+
+def needs_legacy_weights(snapshot: Path) -> bool:
+    """The core's rule (ember.models.resolve.needs_legacy_weights, kept equal by the test):
+    a transformer's config.json with no safetensors beside it."""
+    for config in (snapshot / "config.json", *snapshot.glob("*/config.json")):
+        try:
+            names_a_model = "model_type" in json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if names_a_model and not any(config.parent.glob("*.safetensors")):
+            return True
+    return False
 
 
 def bake(model_ids: str, revisions: str = "") -> list[str]:
@@ -44,6 +66,9 @@ def bake(model_ids: str, revisions: str = "") -> list[str]:
     for n, model_id in enumerate(ids):
         revision = revs[n] if n < len(revs) and revs[n] else None
         path = snapshot_download(model_id, revision=revision, allow_patterns=HUB_PATTERNS)
+        if needs_legacy_weights(Path(path)):
+            patterns = LEGACY_WEIGHT_PATTERNS
+            path = snapshot_download(model_id, revision=revision, allow_patterns=patterns)
         print(f"baked {model_id}@{revision or 'main'} at {path}", flush=True)
         paths.append(path)
     return paths

@@ -285,10 +285,16 @@ def test_every_platform_image_installs_the_media_extra(section: str) -> None:
 
 def test_bake_downloads_what_serving_reads() -> None:
     """bake.py runs before the core is installed, so it carries the core's file patterns."""
-    from ember.models.resolve import HUB_PATTERNS
+    import inspect
+
+    from ember.models import resolve
 
     source = (PLATFORMS / "bake.py").read_text()
     namespace: dict[str, object] = {}
     exec(compile(source.split("def split")[0], "bake.py", "exec"), namespace)  # constants only
-    assert namespace["HUB_PATTERNS"] == HUB_PATTERNS
+    assert namespace["HUB_PATTERNS"] == resolve.HUB_PATTERNS
+    assert namespace["LEGACY_WEIGHT_PATTERNS"] == resolve.LEGACY_WEIGHT_PATTERNS
+    # the same rule for when they are fetched, line for line below the docstring
+    body = inspect.getsource(resolve.needs_legacy_weights).split('"""')[-1]
+    assert body in source
     assert "import ember" not in source and "from ember" not in source

@@ -95,3 +95,35 @@ def test_offline_hub_id_fails_clearly(monkeypatch: pytest.MonkeyPatch, tmp_path:
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     with pytest.raises(ConfigError, match="HF_HUB_OFFLINE"):
         resolve_model(ModelSpec(model_id="someone/not-cached-model"))
+
+
+def test_legacy_weights_are_fetched_only_where_no_safetensors_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hub model saved before safetensors (only pytorch_model.bin) downloads its weights
+    in a second pass; one with safetensors does not download its .bin twice."""
+    import huggingface_hub
+
+    from ember.models import resolve
+
+    calls: list[list[str]] = []
+
+    def snapshot(repo_id: str, *, allow_patterns: list[str], **_: object) -> str:
+        calls.append(allow_patterns)
+        root = tmp_path / repo_id
+        (root / "1_Pooling").mkdir(parents=True, exist_ok=True)
+        (root / "1_Pooling" / "config.json").write_text('{"pooling_mode": "mean"}')
+        (root / "config.json").write_text('{"model_type": "bert"}')
+        if repo_id == "new":
+            (root / "model.safetensors").write_bytes(b"")
+        return str(root)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    resolve._download("new", None)
+    assert calls == [resolve.HUB_PATTERNS]
+    calls.clear()
+    resolve._download("old", None)
+    assert calls == [resolve.HUB_PATTERNS, resolve.LEGACY_WEIGHT_PATTERNS]
+    assert resolve.needs_legacy_weights(tmp_path / "old")
+    assert not resolve.needs_legacy_weights(tmp_path / "new")

@@ -8,6 +8,7 @@ silently.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -34,6 +35,28 @@ HUB_PATTERNS = [
     "onnx/model.onnx",
     "onnx/model.onnx_data",  # external weights of a graph over 2 GiB
 ]
+# Weights saved before safetensors, fetched only for a snapshot whose transformer has none
+# (most repos hold both, and would download their weights twice).
+LEGACY_WEIGHT_PATTERNS = [
+    "pytorch_model.bin",
+    "pytorch_model-*.bin",
+    "*/pytorch_model.bin",
+    "*/pytorch_model-*.bin",
+]
+
+
+def needs_legacy_weights(snapshot: Path) -> bool:
+    """Whether a transformer in the snapshot (a directory whose config.json names a
+    model_type) has no safetensors: its weights are a pytorch_model.bin, as transformers
+    would then load them."""
+    for config in (snapshot / "config.json", *snapshot.glob("*/config.json")):
+        try:
+            names_a_model = "model_type" in json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if names_a_model and not any(config.parent.glob("*.safetensors")):
+            return True
+    return False
 
 
 def default_model_path() -> Path:
@@ -71,11 +94,19 @@ def _download(repo_id: str, revision: str | None) -> Path:
 
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     try:
-        return Path(
+        path = Path(
             snapshot_download(
                 repo_id, revision=revision, allow_patterns=HUB_PATTERNS, local_files_only=offline
             )
         )
+        if needs_legacy_weights(path):
+            patterns = LEGACY_WEIGHT_PATTERNS
+            path = Path(
+                snapshot_download(
+                    repo_id, revision=revision, allow_patterns=patterns, local_files_only=offline
+                )
+            )
+        return path
     except Exception as exc:  # hub errors come in many classes; the message is what matters
         hint = " (HF_HUB_OFFLINE is set: only the local cache is used)" if offline else ""
         raise ConfigError(f"could not fetch model {repo_id!r}{hint}: {exc}") from exc
