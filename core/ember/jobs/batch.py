@@ -9,7 +9,9 @@ HTTP route answers for it. Each output line is ``{"id", "custom_id", "response":
 line that fails (not JSON, no ``custom_id``, a ``custom_id`` seen before, an unknown
 ``url``, a body the route refuses) gets its own line with the route's error status and
 OpenAI-shaped error body, plus ``error: {"code", "message", "param", "line"}`` (the
-Batch API's error object; vLLM's readers look there): the job goes on.
+Batch API's error object; vLLM's readers look there): the job goes on. A line with no
+usable ``custom_id``, or a repeated one, is answered with ``custom_id: null`` and its line
+number, so that every ``custom_id`` appears exactly once.
 
 Lines run concurrently through the one engine, up to ``in_flight`` inputs queued ahead, so
 the batcher forms batches across lines, as for a corpus. Results are appended to the
@@ -274,13 +276,12 @@ async def run_batch_job(
         line = _Line(number)
         try:
             line.custom_id, url, body = parse_line(raw, number)
-            if line.custom_id in seen:
+            if line.custom_id in seen:  # answered with no custom_id: each appears once
                 raise LineError(
                     BadRequest(
                         f"line {number}: custom_id {line.custom_id!r} repeats an earlier line's",
                         param="custom_id",
-                    ),
-                    line.custom_id,
+                    )
                 )
             seen.add(line.custom_id)
             if url not in ROUTES_BY_PATH:

@@ -19,6 +19,7 @@ EMBED_HELP = (
 # The serve settings the job takes: which model, on what, batched how.
 EMBED_FIELDS = (
     "model_id",
+    "served_model_name",  # the `model` a batch file's answers name
     "revision",
     "backend",
     "device",
@@ -29,6 +30,7 @@ EMBED_FIELDS = (
     "forward_workers",
     "torch_compile",
     "trust_remote_code",
+    "accept_token_ids",  # token ids in a batch file's bodies, as the server takes them
     "cache_dir",
     "log_level",
 )
