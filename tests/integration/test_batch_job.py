@@ -210,14 +210,30 @@ async def test_rerank_and_score_lines_answer_as_their_routes(
         }
         summary = await run_batch_job(engines, batch, results, **options)
         again = await run_batch_job(engines, batch, results, **options)  # complete: nothing
+        # As if killed after two lines with half a line written past the checkpoint: the
+        # resume cuts the file back and answers the rest once, and a custom_id repeated
+        # after the resume point is still refused (its result names no custom_id).
+        written = results.read_bytes().splitlines(keepends=True)
+        checkpoint = results.with_name(results.name + ".ember-job.json")
+        state = json.loads(checkpoint.read_text())
+        done = len(written[0]) + len(written[1])
+        state.update(lines_done=2, bytes=done, requests=2, errors=0, complete=False)
+        checkpoint.write_text(json.dumps(state))
+        results.write_bytes(b"".join(written) + b'{"id": "batch_req_torn')
+        with batch.open("a") as fh:
+            fh.write(_request("cohere", "/score", {"text_1": "q", "text_2": "d"}) + "\n")
+        resumed = await run_batch_job(engines, batch, results, **options)
     finally:
         await engines.stop()
     assert (summary.requests, summary.errors) == (len(requests), 1)
     assert (again.requests_this_run, again.resumed_from) == (0, len(requests))
+    assert (resumed.resumed_from, resumed.requests, resumed.errors) == (2, 6, 2)
     out = [json.loads(line) for line in results.read_text().splitlines()]
-    assert [o["custom_id"] for o in out] == [r[0] for r in requests]
+    assert [o["custom_id"] for o in out] == [r[0] for r in requests] + [None]
+    assert "custom_id 'cohere' repeats" in out[-1]["error"]["message"]
+    assert out[:2] == [json.loads(line) for line in written[:2]]  # kept, not run again
     with server.client() as client:
-        for o, (_, url, body) in zip(out, requests, strict=True):
+        for o, (_, url, body) in zip(out[: len(requests)], requests, strict=True):
             want = client.post(url, json=body)
             assert o["response"]["status_code"] == want.status_code
             if want.status_code == 200:

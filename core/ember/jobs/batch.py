@@ -109,8 +109,10 @@ class LineError(Exception):
         self.error, self.custom_id = error, custom_id
 
 
-def parse_line(raw: bytes, number: int) -> tuple[Any, str, Any]:
-    """(custom_id, url, body) of one input line, or LineError naming what is wrong."""
+def parse_line(raw: bytes, number: int, seen: set[str]) -> tuple[str, str, Any]:
+    """(custom_id, url, body) of one input line, or LineError naming what is wrong. A
+    custom_id joins ``seen`` as soon as it is read, so a repeat is refused whatever else
+    was wrong with either line (a resumed job rebuilds ``seen`` the same way)."""
     try:
         record = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -120,6 +122,14 @@ def parse_line(raw: bytes, number: int) -> tuple[Any, str, Any]:
     custom_id = record.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
         raise LineError(BadRequest(f"line {number} has no custom_id", param="custom_id"))
+    if custom_id in seen:  # answered with no custom_id: each appears once
+        raise LineError(
+            BadRequest(
+                f"line {number}: custom_id {custom_id!r} repeats an earlier line's",
+                param="custom_id",
+            )
+        )
+    seen.add(custom_id)
     method = record.get("method", "POST")
     if not isinstance(method, str) or method.upper() != "POST":
         raise LineError(
@@ -129,9 +139,12 @@ def parse_line(raw: bytes, number: int) -> tuple[Any, str, Any]:
     url = record.get("url")
     if not isinstance(url, str):
         raise LineError(BadRequest(f"line {number} has no url", param="url"), custom_id)
+    url = url.split("?", 1)[0]
+    if url not in ROUTES_BY_PATH:
+        raise LineError(NotFound(f"line {number}: no model route {url!r}", param="url"), custom_id)
     if "body" not in record:
         raise LineError(BadRequest(f"line {number} has no body", param="body"), custom_id)
-    return custom_id, url.split("?", 1)[0], record["body"]
+    return custom_id, url, record["body"]
 
 
 def result_line(custom_id: Any, status: int, body: Any, error: dict | None) -> dict[str, Any]:
@@ -275,19 +288,7 @@ async def run_batch_job(
     def start(number: int, raw: bytes) -> _Line:
         line = _Line(number)
         try:
-            line.custom_id, url, body = parse_line(raw, number)
-            if line.custom_id in seen:  # answered with no custom_id: each appears once
-                raise LineError(
-                    BadRequest(
-                        f"line {number}: custom_id {line.custom_id!r} repeats an earlier line's",
-                        param="custom_id",
-                    )
-                )
-            seen.add(line.custom_id)
-            if url not in ROUTES_BY_PATH:
-                raise LineError(
-                    NotFound(f"line {number}: no model route {url!r}", param="url"), line.custom_id
-                )
+            line.custom_id, url, body = parse_line(raw, number, seen)
             line.weight = _weight(body)
             line.task = asyncio.ensure_future(
                 dispatch_route(engines, url, body, max_client_batch_size=max_client_batch_size)
@@ -313,7 +314,10 @@ async def run_batch_job(
     exhausted = False
     try:
         while True:
-            while not exhausted and (not window or queued < in_flight):
+            # Bounded by the inputs queued and by the lines held (error lines queue none).
+            while not exhausted and (
+                not window or (queued < in_flight and len(window) < in_flight)
+            ):
                 nxt = next(lines, None)
                 if nxt is None:
                     exhausted = True
