@@ -39,9 +39,20 @@ from ember.processors.text import Direction, TextTokenizer
 log = logging.getLogger(__name__)
 
 
-def _cut(tokens: Any) -> int:
-    """How many tokens truncation removed from an input."""
-    return 0 if tokens.truncated_from is None else tokens.truncated_from - len(tokens)
+def _skip_prompt(
+    encode: Callable[[], list], skip: int, processor: Any, direction: Direction
+) -> list:
+    """Inputs that pool from past their prompt's ``skip`` positions (leading special tokens
+    included). Truncation from the left cuts the prompt first: only what is left of it is
+    skipped, the leading special tokens always."""
+    tokens = encode()
+    if direction != "left":
+        return [replace(t, pool_from=skip) for t in tokens]
+    lead = processor.leading_specials
+    return [
+        replace(t, pool_from=max(lead, skip - (t.truncated_from or len(t)) + len(t)))
+        for t in tokens
+    ]
 
 
 CPU_WARM_UP_LENGTH = 64
@@ -271,11 +282,8 @@ class Engine:
                 )
             job = encode
             skip = self._prompt_positions.get(prompt_name or model.default_prompt_name or "")
-            if skip:  # the model pools without its prompt's tokens (less what was cut first)
-                left = truncation_direction == "left"
-                job = lambda: [  # noqa: E731
-                    replace(t, pool_from=max(0, skip - (_cut(t) if left else 0))) for t in encode()
-                ]
+            if skip:  # the model pools without its prompt's tokens
+                job = partial(_skip_prompt, encode, skip, processor, truncation_direction)
         if modality == "text":
             prepare = self._prepare.tokenizing(job, sum(map(len, items)))
         rows, result = await self._run(prepare, output, len(items))

@@ -151,6 +151,7 @@ class TextTokenizer:
         self.vocab_size = base.get_vocab_size(with_added_tokens=True)
         self.pad_id = self._pad_id(base, model)
         self._prefix, self._suffix = self._special_wrapping(base) if special_tokens else ([], [])
+        self.leading_specials = len(self._prefix)  # [CLS]: what a left cut never removes
 
     @staticmethod
     def _clone(base: Tokenizer, max_length: int, direction: str) -> Tokenizer:
