@@ -21,7 +21,7 @@ from ember.engine import EngineArray
 from ember.jobs.batch import run_batch_job
 from tests.support import REPO, ServerProcess, child_env
 
-LINES = 240
+LINES = 120
 COMMIT = 5
 VOLATILE = {"id", "created"}  # differ between any two answers
 WORDS = "batch files carry one request per line for offline embedding jobs".split()
