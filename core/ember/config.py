@@ -211,6 +211,13 @@ class ServerSettings(BaseSettings):
     max_client_batch_size: int = Field(
         2048, description="Most inputs (texts or documents) in one request; more gets 413."
     )
+    accept_token_ids: bool = Field(
+        True,
+        description="Take token-id input on /v1/embeddings (OpenAI's lists of ints, read in "
+        "the model's own vocabulary); --no-accept-token-ids answers it 400, as Infinity "
+        "does: ids from a client that tokenised with another vocabulary (LangChain's "
+        "tiktoken default) then fail loudly instead of embedding the wrong tokens.",
+    )
     allow_private_urls: bool = Field(
         False,
         description="Let image and audio URLs reach loopback, private, link-local and other "
@@ -288,6 +295,7 @@ class ServerSettings(BaseSettings):
             max_batch_size=_positive_int("max_batch_size", pick("max_batch_size")),
             max_queue_size=_positive_int("max_queue_size", pick("max_queue_size")),
             request_timeout=self.request_timeout,
+            accept_token_ids=self.accept_token_ids,
             forward_workers=self.forward_workers,
             forward_nice=nice_level("forward_nice", self.forward_nice),
             torch_compile=self.torch_compile,

@@ -39,7 +39,84 @@ CASES = [
     Case("input mixed types", E, {"model": "minilm", "input": ["a", 1]}),
     Case("input nested strings", E, {"model": "minilm", "input": [["a"]]}),
     Case("negative token id", E, {"model": "minilm", "input": [1, -2]}),
-    Case("token id past vocab", E, {"model": "minilm", "input": [10**7]}, 400, says="vocabulary"),
+    Case(
+        "token id past vocab",  # says why (a client's tiktoken ids) and what to change
+        E,
+        {"model": "minilm", "input": [100264, 9906]},
+        400,
+        says="vocabulary (0..30521): the client likely tokenised with another vocabulary "
+        "(tiktoken's cl100k_base, as LangChain's OpenAIEmbeddings does by default); send the "
+        "text instead (LangChain: OpenAIEmbeddings(..., check_embedding_ctx_length=False))",
+    ),
+    Case(
+        "truncate_prompt_tokens zero",
+        E,
+        {"model": "minilm", "input": "a b", "truncate_prompt_tokens": 0},
+        400,
+        says="outside 1..256",
+    ),
+    Case(
+        "truncate_prompt_tokens past the max",  # vLLM refuses a k past max_model_len too
+        E,
+        {"model": "minilm", "input": "a b", "truncate_prompt_tokens": 257},
+        400,
+        says="outside 1..256",
+    ),
+    Case(
+        "truncate_prompt_tokens below -1",
+        E,
+        {"model": "minilm", "input": "a b", "truncate_prompt_tokens": -2},
+        400,
+        says="-1 means it",
+    ),
+    Case(
+        "truncate_prompt_tokens only the special tokens",
+        E,
+        {"model": "minilm", "input": "a b", "truncate_prompt_tokens": 2},
+        400,
+        says="no room beside this model's 2 special tokens",
+    ),
+    Case(
+        "truncate_prompt_tokens with truncate false",
+        E,
+        {"model": "minilm", "input": "a", "truncate_prompt_tokens": 8, "truncate": False},
+        400,
+        says="send one",
+    ),
+    Case(
+        "truncate_prompt_tokens a string",
+        E,
+        {"model": "minilm", "input": "a", "truncate_prompt_tokens": "8"},
+    ),
+    Case(
+        "score lengths neither 1:N nor N:N",
+        "/score",
+        {"model": "reranker", "text_1": ["a", "b"], "text_2": ["c", "d", "e"]},
+        400,
+        says="1:1, 1:N or N:N",
+    ),
+    Case("score empty text_2", "/score", {"model": "reranker", "text_1": "a", "text_2": []}),
+    Case("score missing text_1", "/v1/score", {"model": "reranker", "text_2": "a"}),
+    Case(
+        "score truncate_prompt_tokens",
+        "/score",
+        {"model": "reranker", "text_1": "a", "text_2": "b", "truncate_prompt_tokens": 5},
+        400,
+        says="-1",
+    ),
+    Case(
+        "score on a classifier",
+        "/score",
+        {"model": "classifier", "text_1": "a", "text_2": "b"},
+        400,
+        says="rerank",
+    ),
+    Case(
+        "score too many pairs",
+        "/score",
+        {"model": "reranker", "text_1": "q", "text_2": ["d"] * 65},
+        413,
+    ),
     Case(
         "bad encoding_format",
         E,

@@ -23,6 +23,8 @@ BODIES: dict[str, dict[str, Any]] = {
     "/v1/rerank": {"model": "reranker", "query": "q", "documents": ["a", "b c"], "top_n": 1},
     "/v2/rerank": {"model": "reranker", "query": "q", "documents": ["a", "b c"]},
     "/rerank": {"model": "reranker", "query": "q", "texts": ["a", "b c"], "return_text": True},
+    "/score": {"model": "bge", "text_1": "q", "text_2": ["a", "b c"]},  # MaxSim
+    "/v1/score": {"model": "reranker", "text_1": ["q", "r"], "text_2": ["a", "b c"]},
     "/classify": {"model": "classifier", "input": ["good", "bad movie"]},
     "/predict": {"model": "classifier", "inputs": "good"},
     "/embed": {"model": "minilm", "inputs": ["hi", "there"], "dimensions": 32},
@@ -123,3 +125,23 @@ async def test_mounted_under_a_prefix(engines: Any) -> None:
         metrics = (await client.get("/prefix/metrics")).text
     assert 'route="/v1/embeddings",status="200"' in metrics
     assert 'route="/health"' in metrics
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_score_is_the_rerank_score_for_maxsim_and_cross_encoders(engines: Any) -> None:
+    """/score runs the rerank path: a late-interaction model's MaxSim (BGE-M3's ColBERT head)
+    and a cross-encoder's score, pair by pair, equal /v1/rerank's."""
+    settings, array = engines
+    app = create_app(settings, array)
+    docs = ["a cat on a mat", "dogs bark", "a kitten sleeps"]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        for model in ("bge", "reranker"):
+            scored = await c.post("/score", json={"model": model, "text_1": "cat", "text_2": docs})
+            ranked = await c.post(
+                "/v1/rerank", json={"model": model, "query": "cat", "documents": docs}
+            )
+            assert scored.status_code == ranked.status_code == 200, scored.text
+            by_index = {r["index"]: r["relevance_score"] for r in ranked.json()["results"]}
+            assert [d["score"] for d in scored.json()["data"]] == pytest.approx(
+                [by_index[i] for i in range(len(docs))], abs=1e-6
+            )

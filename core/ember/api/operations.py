@@ -107,11 +107,19 @@ async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, lim
             param="encoding_format",
         )
     _check_base64_dtype(engine, base64)
+    if body.truncate_prompt_tokens is not None and not body.truncate:
+        raise BadRequest(
+            "truncate_prompt_tokens cuts inputs and truncate=false refuses to: send one",
+            param="truncate_prompt_tokens",
+        )
     result = await engine.embed(
         inputs,
         dimensions=body.dimensions or None,  # 0: full size, as Infinity means it
         truncate=body.truncate,
         modality=body.modality,
+        # vLLM's meaning: the last k tokens are kept
+        truncation_direction="left" if body.truncate_prompt_tokens is not None else "right",
+        max_tokens=body.truncate_prompt_tokens,
         **input_type_options(engine, body.input_type),
     )
     return _embeddings_reply(engine, result, base64)
@@ -337,6 +345,7 @@ def models_list(engines: EngineArray) -> dict[str, Any]:
                 max_input_length=engine.processor.max_length if engine.processor else None,
                 dimensions=dense_dimensions(engine.model),
             )
+            entry["max_model_len"] = entry["max_input_length"]  # vLLM's (and mteb's) name
         data.append(entry)
     return {"object": "list", "data": data}
 

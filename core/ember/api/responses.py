@@ -290,6 +290,9 @@ class ModelCard(BaseModel):
     dimensions: int | None = Field(
         None, description="Width of a dense embedding, after the model's Dense layers."
     )
+    max_model_len: int | None = Field(
+        None, description="vLLM's name (read by mteb's and vLLM's clients): max input tokens."
+    )
 
 
 class ModelsResponse(BaseModel):
@@ -326,3 +329,21 @@ class HealthResponse(BaseModel):
 class ReadyResponse(BaseModel):
     status: Literal["ready"]
     models: list[str]
+
+
+# vLLM /score
+
+
+class ScoreItem(BaseModel):
+    index: int
+    object: Literal["score"]
+    score: float
+
+
+class ScoreResponse(BaseModel):
+    id: str
+    object: Literal["list"]
+    created: int
+    model: str
+    data: list[ScoreItem] = Field(description="One score per (text_1, text_2) pair, in order.")
+    usage: Usage

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import Discriminator, Tag, TypeAdapter
 
-from ember.api import cohere, tei
+from ember.api import cohere, score, tei
 from ember.api import operations as ops
 from ember.api import responses as r
 from ember.api import schemas as s
@@ -95,6 +95,14 @@ ROUTES = (
         "Rerank: Cohere body (`documents`) or TEI body (`texts`)",
         "Cohere / TEI",
         r.AnyRerankResponse,
+    ),
+    ModelRoute(
+        ("/score", "/v1/score"),
+        score.ScoreRequest,
+        score.score,
+        "Score text pairs: cross-encoder, LLM reranker, MaxSim or cosine (vLLM-compatible)",
+        "vLLM",
+        r.ScoreResponse,
     ),
     ModelRoute(
         ("/v1/embed",),

@@ -64,6 +64,11 @@ class EmbeddingsRequest(_Body):
         description="Cohere's field: search_query encodes queries (ColBERT markers and "
         "expansion, the model's query prompt); default: documents.",
     )
+    truncate_prompt_tokens: StrictInt | None = Field(
+        None,
+        description="vLLM's field: keep each input's last k tokens (left truncation), the "
+        "model's special tokens counted and kept; -1: the model's max length; past it, 400.",
+    )
 
 
 class MediaEmbeddingsRequest(_Body):

@@ -39,6 +39,23 @@ from ember.processors.text import Direction, TextTokenizer
 
 log = logging.getLogger(__name__)
 
+
+def _skip_prompt(
+    encode: Callable[[], list], skip: int, processor: Any, direction: Direction
+) -> list:
+    """Inputs that pool from past their prompt's ``skip`` positions (leading special tokens
+    included). Truncation from the left cuts the prompt first: only what is left of it is
+    skipped, the leading special tokens always."""
+    tokens = encode()
+    if direction != "left":
+        return [replace(t, pool_from=skip) for t in tokens]
+    lead = processor.leading_specials
+    return [
+        replace(t, pool_from=max(lead, skip - (t.truncated_from or len(t)) + len(t)))
+        for t in tokens
+    ]
+
+
 CPU_WARM_UP_LENGTH = 64
 
 
@@ -195,12 +212,15 @@ class Engine:
         prompt_name: str | None = None,
         query: bool | None = None,
         modality: Modality = "text",
+        max_tokens: int | None = None,
     ) -> Result:
         """Embeddings of ``output`` kind (default: the model's first). ``query`` asks for
         query-side (True) or document-side (False) encoding where a model has sides
         (ColBERT's markers and expansion, a Router's routes); None: neither said (a Router's
         default route; a document elsewhere). ``modality`` image or audio: ``inputs`` are
-        URLs, data: URIs or raw bytes."""
+        URLs, data: URIs or raw bytes. ``max_tokens`` (vLLM's ``truncate_prompt_tokens``,
+        -1: the model's max) cuts each input to that many tokens from
+        ``truncation_direction``, special tokens included."""
         model = self._loaded()
         family = self.family
         output = output or family.embedding
@@ -224,26 +244,47 @@ class Engine:
         prepare: Prepare
         if modality != "text":
             family.require_modality(modality, self.name)
+            if max_tokens is not None:
+                raise BadRequest(
+                    f"truncate_prompt_tokens is for text; modality {modality} has no tokens",
+                    param="truncate_prompt_tokens",
+                )
             prepare = self._media(items, modality)
         elif items and not isinstance(items[0], str):
-            job = lambda: processor.from_ids(items, truncate=truncate, query=query)  # noqa: E731
+            if not self.spec.accept_token_ids:
+                raise BadRequest(
+                    "this server takes text, not token ids (--no-accept-token-ids): send the "
+                    "text itself (LangChain: OpenAIEmbeddings(..., "
+                    "check_embedding_ctx_length=False))",
+                    param="input",
+                )
+            if max_tokens is not None:
+                limited = self._limited(processor, max_tokens)
+                job = lambda: limited(items, direction=truncation_direction)  # noqa: E731
+            else:
+                job = lambda: processor.from_ids(items, truncate=truncate, query=query)  # noqa: E731
         else:
             if processor.encodes_queries and prompt_name in ("query", "document"):
                 query = prompt_name == "query"  # the side; a Router applies its prompt too
                 if not (processor.side_prompts and prompt_name in model.prompts):
                     prompt_name = None
             texts = self.with_prompt(items, prompt_name)  # type: ignore[arg-type]
-            encode = partial(
-                processor.encode,
-                texts,
-                truncate=truncate,
-                direction=truncation_direction,
-                query=query,
-            )
+            if max_tokens is not None:
+                encode = partial(
+                    self._limited(processor, max_tokens), texts, direction=truncation_direction
+                )
+            else:
+                encode = partial(
+                    processor.encode,
+                    texts,
+                    truncate=truncate,
+                    direction=truncation_direction,
+                    query=query,
+                )
             job = encode
             skip = self._prompt_positions.get(prompt_name or model.default_prompt_name or "")
             if skip:  # the model pools without its prompt's tokens
-                job = lambda: [replace(t, pool_from=skip) for t in encode()]  # noqa: E731
+                job = partial(_skip_prompt, encode, skip, processor, truncation_direction)
         if modality == "text":
             prepare = self._prepare.tokenizing(job, sum(map(len, items)))
         rows, result = await self._run(prepare, output, len(items))
@@ -344,6 +385,24 @@ class Engine:
                 processor.tokenize_detail(t, add_special_tokens=add_special_tokens) for t in texts
             ]
         )
+
+    def _limited(self, processor: TextProcessor, max_tokens: int) -> Callable[..., list]:
+        """``TextTokenizer.within`` at ``max_tokens`` (-1: the model's max), checked."""
+        limit = processor.max_length if max_tokens == -1 else max_tokens
+        if not 1 <= limit <= processor.max_length:
+            raise BadRequest(
+                f"truncate_prompt_tokens {max_tokens} is outside 1..{processor.max_length} "
+                f"(this model's max length; -1 means it)",
+                param="truncate_prompt_tokens",
+            )
+        if type(processor) is not TextTokenizer:  # ColBERT, Router, media: their own cuts
+            raise BadRequest(
+                f"truncate_prompt_tokens is for text models with one tokenizer; model "
+                f"{self.name!r} ({self.family.name}) cuts its inputs its own way: send "
+                "truncate instead",
+                param="truncate_prompt_tokens",
+            )
+        return partial(processor.within, limit=limit)
 
     def with_prompt(self, texts: list[str], prompt_name: str | None) -> list[str]:
         assert self.model is not None

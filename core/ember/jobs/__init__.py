@@ -2,5 +2,6 @@
 
 ``inputs`` reads the corpus, ``runner`` feeds it through an engine, ``shards`` writes and
 checkpoints the dataset, ``fanout`` splits a corpus for many machines and joins their
-outputs, ``command`` is `ember embed`. Nothing is imported here, so the CLI stays quick.
+outputs, ``batch`` answers an OpenAI batch file line by line, ``command`` is `ember embed`.
+Nothing is imported here, so the CLI stays quick.
 """

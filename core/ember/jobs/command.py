@@ -19,6 +19,7 @@ EMBED_HELP = (
 # The serve settings the job takes: which model, on what, batched how.
 EMBED_FIELDS = (
     "model_id",
+    "served_model_name",  # the `model` a batch file's answers name
     "revision",
     "backend",
     "device",
@@ -29,6 +30,7 @@ EMBED_FIELDS = (
     "forward_workers",
     "torch_compile",
     "trust_remote_code",
+    "accept_token_ids",  # token ids in a batch file's bodies, as the server takes them
     "cache_dir",
     "log_level",
 )
@@ -36,16 +38,24 @@ EMBED_FIELDS = (
 
 def add_embed_parser(sub: Any, add_settings_arguments: Callable[..., None]) -> None:
     """Register ``embed`` on the CLI's subparsers."""
+    from ember.jobs.batch import BATCH_FORMAT
     from ember.jobs.inputs import FORMATS
     from ember.jobs.runner import CHUNK_ROWS, IN_FLIGHT, SHARD_ROWS
 
     embed = sub.add_parser("embed", help=EMBED_HELP, description=EMBED_HELP)
     embed.add_argument("input", help="The corpus file.")
     embed.add_argument(
-        "--output", required=True, help="Directory of the Parquet dataset (created; resumed)."
+        "--output",
+        required=True,
+        help="Directory of the Parquet dataset (created; resumed); for an OpenAI batch file, "
+        "the results JSON Lines file.",
     )
     embed.add_argument(
-        "--input-format", choices=FORMATS, default=None, help="Default: from the suffix."
+        "--input-format",
+        choices=(*FORMATS, BATCH_FORMAT),
+        default=None,
+        help="Default: from the suffix; a .jsonl file whose first line has `custom_id` and "
+        f"`body` is an OpenAI batch file ({BATCH_FORMAT}).",
     )
     embed.add_argument(
         "--text-column", default="text", help="Column (or JSON field) with the text [text]."
@@ -121,6 +131,10 @@ def run_embed(args: argparse.Namespace, settings: Any) -> int:
     for name in ("shard_rows", "in_flight", "chunk_rows"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+    from ember.jobs.batch import is_batch_file
+
+    if is_batch_file(Path(args.input), args.input_format):
+        return _run_batch(args, settings)
     source = InputSpec.of(
         args.input,
         format=args.input_format,
@@ -148,6 +162,44 @@ def run_embed(args: argparse.Namespace, settings: Any) -> int:
         "shards": summary.shards,
         "seconds": round(summary.seconds, 3),
         "rows_per_second": round(summary.rows_per_second, 1),
+    }
+    sys.stdout.write(orjson.dumps(line).decode() + "\n")
+    return 0
+
+
+# Corpus flags that a batch file's lines carry in their own bodies instead.
+BATCH_REFUSED = ("id_column", "output_kind", "normalize", "dimensions", "prompt_name")
+
+
+def _run_batch(args: argparse.Namespace, settings: Any) -> int:
+    """An OpenAI batch file: one result line per input line (``ember.jobs.batch``)."""
+    from pathlib import Path
+
+    import orjson
+
+    from ember.errors import ConfigError
+    from ember.jobs.batch import run_batch_file
+
+    given = [n for n in BATCH_REFUSED if getattr(args, n) is not None]
+    if given or args.text_column != "text":
+        name = (given or ["text_column"])[0].replace("_", "-")
+        raise ConfigError(f"--{name} is for a corpus; a batch file's lines say it in each body")
+    summary = run_batch_file(
+        settings,
+        Path(args.input),
+        Path(args.output),
+        in_flight=args.in_flight,
+        commit_lines=args.shard_rows,
+        overwrite=args.overwrite,
+        progress=args.progress,
+    )
+    line = {
+        "output": str(summary.output),
+        "requests": summary.requests,
+        "requests_this_run": summary.requests_this_run,
+        "errors": summary.errors,
+        "resumed_from": summary.resumed_from,
+        "seconds": round(summary.seconds, 3),
     }
     sys.stdout.write(orjson.dumps(line).decode() + "\n")
     return 0

@@ -49,6 +49,7 @@ class ModelSpec:
     max_batch_size: int = MAX_BATCH_SIZE
     max_queue_size: int = MAX_QUEUE_SIZE
     request_timeout: float = REQUEST_TIMEOUT
+    accept_token_ids: bool = True  # token-id input on /v1/embeddings (--accept-token-ids)
     forward_workers: int = 0  # 0: auto (see ember.cpu.cpu_forward_plan)
     forward_nice: int = FORWARD_NICE  # forward threads' nice increment (ember.cpu)
     torch_compile: bool = False  # torch backend: torch.compile while loading

@@ -20,6 +20,14 @@ from ember.errors import BadRequest, ConfigError
 from ember.models.spec import ResolvedModel
 
 Direction = Literal["right", "left"]
+# Token-id input is read in the served model's own vocabulary. An id past its end almost
+# always means a client tokenised with another one: LangChain's OpenAIEmbeddings counts
+# and splits text with tiktoken's cl100k_base (ids up to 100,276) unless told not to.
+FOREIGN_IDS_HINT = (
+    ": the client likely tokenised with another vocabulary (tiktoken's cl100k_base, as "
+    "LangChain's OpenAIEmbeddings does by default); send the text instead "
+    "(LangChain: OpenAIEmbeddings(..., check_embedding_ctx_length=False))"
+)
 
 
 def collate(tokens: Sequence[Tokens], pad_id: int) -> TokenBatch:
@@ -109,6 +117,7 @@ class TextTokenizer:
         self.vocab_size = base.get_vocab_size(with_added_tokens=True)
         self.pad_id = self._pad_id(base, model)
         self._prefix, self._suffix = self._special_wrapping(base) if special_tokens else ([], [])
+        self.leading_specials = len(self._prefix)  # [CLS]: what a left cut never removes
 
     @staticmethod
     def _clone(base: Tokenizer, max_length: int, direction: str) -> Tokenizer:
@@ -191,11 +200,42 @@ class TextTokenizer:
             out.append(Tokens(ids, [0] * len(ids), full if len(seq) > room else None))
         return out
 
+    def within(
+        self, inputs: list[str] | list[list[int]], limit: int, direction: Direction = "left"
+    ) -> list[Tokens]:
+        """vLLM's ``truncate_prompt_tokens``: each input (text or token ids) cut to ``limit``
+        tokens, the model's special tokens counted and kept; ``left`` keeps the last ones.
+        Text is tokenised whole and then cut, since the truncating tokenizers are fixed at
+        the model's max length."""
+        room = limit - len(self._prefix) - len(self._suffix)
+        if room < 1:
+            raise BadRequest(
+                f"truncate_prompt_tokens {limit} leaves no room beside this model's "
+                f"{limit - room} special tokens",
+                param="truncate_prompt_tokens",
+            )
+        if inputs and isinstance(inputs[0], str):
+            encodings = self._exact.encode_batch(inputs, add_special_tokens=False)
+            sequences: list = [e.ids for e in encodings]
+        else:
+            sequences = list(inputs)
+            for seq in sequences:
+                self._check_vocabulary(seq, "input")
+        out = []
+        for seq in sequences:
+            kept = seq if len(seq) <= room else seq[-room:] if direction == "left" else seq[:room]
+            ids = self._prefix + list(kept) + self._suffix
+            full = len(seq) + len(self._prefix) + len(self._suffix)
+            out.append(Tokens(ids, [0] * len(ids), full if len(seq) > room else None))
+        return out
+
     def _check_vocabulary(self, ids: Sequence[int], param: str) -> None:
         bad = [t for t in ids if not 0 <= t < self.vocab_size]
         if bad:
+            hint = FOREIGN_IDS_HINT if param == "input" else ""
             raise BadRequest(
-                f"token id {bad[0]} is outside this model's vocabulary (0..{self.vocab_size - 1})",
+                f"token id {bad[0]} is outside this model's vocabulary "
+                f"(0..{self.vocab_size - 1}){hint}",
                 param=param,
             )
 
