@@ -22,6 +22,7 @@ from typing import Any
 from ember.engine import Engine
 from ember.errors import ConfigError
 from ember.jobs.inputs import InputSpec
+from ember.jobs.lock import hold_output
 from ember.jobs.runner import JobOptions, JobSummary, run_embed_job
 from ember.jobs.shards import Checkpoint, Dataset, Shard, _atomic_write, shard_name
 
@@ -131,6 +132,11 @@ def join_shards(
 ) -> Checkpoint:
     """The shards' files, in input order, as one dataset at ``output`` with its checkpoint
     (``job`` identifies it, as ``ember embed``'s does); fails if a shard is not done."""
+    with hold_output(output):
+        return _join(work, tasks, output, job)
+
+
+def _join(work: Path, tasks: Iterable[ShardTask], output: Path, job: dict[str, Any]) -> Checkpoint:
     dataset = Dataset(output)
     checkpoint = dataset.open(job)
     if checkpoint.complete:
@@ -143,7 +149,7 @@ def join_shards(
         for part in inner.shards:
             name = shard_name(len(checkpoint.shards))
             _link(work / task.output / part.name, output / name)
-            checkpoint.shards.append(Shard(name, checkpoint.rows_done, part.rows))
+            checkpoint.shards.append(Shard(name, checkpoint.rows_done, part.rows, part.digest))
     checkpoint.total_rows = checkpoint.rows_done
     checkpoint.complete = True
     dataset.save(checkpoint)
