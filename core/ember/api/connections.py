@@ -18,7 +18,8 @@ httptools protocol (its fast parser; kept as the default):
   head) gets 400 and the HTTP/2 connection preface 505, with the parser's reason, where
   uvicorn would answer text/plain; a WebSocket upgrade gets 400 (no route is a WebSocket)
   before uvicorn hands the connection to its WebSocket protocol, whose refusal is an empty
-  403. Every answer from this layer is the OpenAI error shape, as the app's are.
+  403; an upgrade request with a body gets 400 (the parser stops at its head, so the body
+  would be read as empty). Every answer from this layer is the OpenAI error shape.
 
 Cost per request: a timer armed and cancelled twice (``loop.call_later``) and a clock read
 per body chunk; no per-byte Python work beyond uvicorn's own.
@@ -36,6 +37,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from ember.api.middleware import WEBSOCKET_REFUSAL
 from ember.errors import ConfigError, error_body
 from ember.logs import RateLimitedLog
 
@@ -119,7 +121,7 @@ def upgrade_refusal(headers: Sequence[tuple[bytes, bytes]]) -> str:
     if not upgrade:
         return ""
     if b"websocket" in upgrade:
-        return "WebSocket is not served: every route here is plain HTTP/1.1"
+        return WEBSOCKET_REFUSAL
     if any(
         (name == b"content-length" and value.strip() != b"0") or name == b"transfer-encoding"
         for name, value in headers
