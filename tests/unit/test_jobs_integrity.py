@@ -135,3 +135,21 @@ def test_a_second_writer_is_refused_until_the_first_dies(tmp_path: Path) -> None
         holder.wait(timeout=30)
     with hold_output(out):
         assert (out / LOCK).read_text().strip() == str(os.getpid())
+
+
+def test_a_fan_out_plan_is_reused_only_over_the_rows_it_split(tmp_path: Path) -> None:
+    """Its shards embed the plan's copies of the rows: an edit after planning would
+    otherwise give a dataset of the old input, an appended row none at all."""
+    from ember.jobs.fanout import plan_shards
+
+    corpus, work = tmp_path / "c.txt", tmp_path / "work"
+    lines = [f"line {i:02d}" for i in range(30)]
+    corpus.write_text("\n".join(lines) + "\n")
+    tasks = plan_shards(InputSpec.of(corpus), work, 10)
+    assert plan_shards(InputSpec.of(corpus), work, 10) == tasks  # unchanged: reused
+    corpus.write_text("\n".join([*lines[:14], "line 1x", *lines[15:]]) + "\n")
+    with pytest.raises(ConfigError, match=r"rows 10-19 \(inputs/input-00001.parquet\) differ"):
+        plan_shards(InputSpec.of(corpus), work, 10)
+    corpus.write_text("\n".join([*lines, "line 30"]) + "\n")
+    with pytest.raises(ConfigError, match="rows past the 30 planned; use a new work directory"):
+        plan_shards(InputSpec.of(corpus), work, 10)

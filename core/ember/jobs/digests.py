@@ -24,10 +24,16 @@ from ember.jobs.inputs import Row
 
 
 class _Shard(Protocol):
-    name: str
-    start: int
-    rows: int
-    digest: str | None
+    """What is checked of a shard (``shards.Shard``) or a planned one (``fanout.ShardTask``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def digest(self) -> str | None: ...
 
 
 def _add(digest: hashlib.blake2b, row: Row) -> None:
@@ -76,8 +82,16 @@ class ShardDigests:
         return self._ready.popleft()
 
 
-def verify_rows(rows: Iterable[Row], shards: Sequence[_Shard], input_name: str, out: Path) -> None:
-    """Refuse when the input's rows differ from those ``shards`` were computed from."""
+def verify_rows(
+    rows: Iterable[Row],
+    shards: Sequence[_Shard],
+    input_name: str,
+    out: Path,
+    *,
+    advice: str = "write to a new --output, or pass --overwrite to start again",
+) -> None:
+    """Refuse when the input's rows differ from those ``shards`` were computed from (rows
+    past them are left unread in ``rows``)."""
     source = iter(rows)
     for shard in shards:
         part = list(itertools.islice(source, shard.rows))
@@ -85,15 +99,11 @@ def verify_rows(rows: Iterable[Row], shards: Sequence[_Shard], input_name: str, 
             raise ConfigError(
                 f"{input_name} changed since {out} was started: it now has "
                 f"{shard.start + len(part)} rows, fewer than the {shard.start + shard.rows} "
-                f"already embedded; {_choices()}"
+                f"already taken; {advice}"
             )
         if shard.digest is not None and rows_digest(part) != shard.digest:
             last = shard.start + shard.rows - 1
             raise ConfigError(
                 f"{input_name} changed since {out} was started: rows {shard.start}-{last} "
-                f"({shard.name}) differ from the rows embedded; {_choices()}"
+                f"({shard.name}) differ from the rows taken then; {advice}"
             )
-
-
-def _choices() -> str:
-    return "write to a new --output, or pass --overwrite to start again"

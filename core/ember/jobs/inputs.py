@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import codecs
 import csv
-import hashlib
 import io
 import itertools
 from collections.abc import Iterator
@@ -84,18 +83,6 @@ class InputSpec:
         if not path.is_file():
             raise BadRequest(f"input {path} is not a file")
         return cls(path, detect_format(path, format), text_column, id_column or None)
-
-    def fingerprint(self) -> str:
-        """Size plus a hash of the first and last MiB: a resumed job must read the same
-        file, and hashing all of a multi-GB corpus would cost a pass of its own."""
-        size = self.path.stat().st_size
-        digest = hashlib.sha256(str(size).encode())
-        with self.path.open("rb") as fh:
-            digest.update(fh.read(1 << 20))
-            if size > 2 << 20:
-                fh.seek(size - (1 << 20))
-                digest.update(fh.read())
-        return f"{size}:{digest.hexdigest()[:32]}"
 
     def count_rows(self) -> int:
         """Rows in the file (the progress bar's total): Parquet's footer, else one pass."""
