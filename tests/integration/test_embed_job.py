@@ -124,7 +124,10 @@ def test_killed_job_resumes_with_every_row_once_in_order(tmp_path: Path, minilm_
 def test_cli_errors_are_one_line_and_exit_2(tmp_path: Path, minilm_path: Path) -> None:
     corpus = tmp_path / "c.csv"
     corpus.write_text("body\nhello\n")
+    utf16 = tmp_path / "u16.txt"
+    utf16.write_text("hello\n", encoding="utf-16")
     cases = [
+        ([str(utf16)], "u16.txt is UTF-16 (it starts with a byte-order mark)"),
         ([str(tmp_path / "missing.jsonl")], "is not a file"),
         ([str(corpus)], "has no column 'text'; its columns: body"),
         ([str(corpus), "--shard-rows", "0"], "--shard-rows must be at least 1"),

@@ -5,11 +5,14 @@ the same output directory is refused naming the first one's pid, until that one 
 
 from __future__ import annotations
 
+import errno
+import gc
 import json
 import os
 import select
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +56,12 @@ def test_verify_names_the_first_shard_whose_rows_changed(tmp_path: Path) -> None
         verify_rows(ROWS[:15], shards, "c.txt", tmp_path)
 
 
-async def test_a_resume_over_edited_rows_is_refused(tmp_path: Path, minilm_path: Path) -> None:
+async def test_a_resume_over_edited_rows_is_refused(
+    tmp_path: Path,
+    minilm_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A line edited in the middle keeps the file's size: refused where it was embedded,
     taken where it was not (the dataset is then the embedding of the input as it is)."""
     from ember.config import settings_from_env
@@ -100,8 +108,32 @@ async def test_a_resume_over_edited_rows_is_refused(tmp_path: Path, minilm_path:
         edit(3, "sentence 03 about retrievaL")  # a complete dataset is checked too
         with pytest.raises(ConfigError, match=r"rows 0-9 \(part-00000.parquet\) differ"):
             await run_embed_job(engine, source, options)
+
+        # The disk fills at the second shard, inputs still queued: one line, no asyncio
+        # noise about the cancelled ones, and the next run resumes from the first shard.
+        lines.extend(f"sentence {i} about retrieval" for i in range(30, 60))
+        corpus.write_text("\n".join(lines) + "\n")
+        fresh = replace(options, output=tmp_path / "full", chunk_rows=1)
+        write_table = pq.write_table
+        calls: list[int] = []
+
+        def fills_up(table: object, where: object, **kwargs: object) -> None:
+            calls.append(1)
+            if len(calls) == 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            write_table(table, where, **kwargs)
+
+        monkeypatch.setattr(pq, "write_table", fills_up)
+        with pytest.raises(ConfigError, match=r"No space left on device \(errno 28\)"):
+            await run_embed_job(engine, source, fresh)
+        monkeypatch.setattr(pq, "write_table", write_table)
+        summary = await run_embed_job(engine, source, fresh)
+        assert (summary.resumed_from, summary.rows) == (10, 60)
     finally:
         await engines.stop()
+    del engine, engines  # what still holds the cancelled calls' futures goes with them
+    gc.collect()
+    assert "never retrieved" not in caplog.text
 
 
 HOLD = """

@@ -48,7 +48,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
 def write_failed(directory: Path, exc: OSError) -> ConfigError:
     """A failed write (a full disk, a quota, a file-size limit) as the one line a job ends
     with: the checkpoint on disk is the last one written whole, so the job resumes."""
-    reason = exc.strerror or str(exc)
+    # os.strerror: pyarrow's own strerror repeats itself ("Error writing bytes... Detail: ...").
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
     return ConfigError(
         f"cannot write to {directory}: {reason} (errno {exc.errno}); the shards written "
         "before are kept: make room and run the job again to resume"
