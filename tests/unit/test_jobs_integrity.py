@@ -185,3 +185,17 @@ def test_a_fan_out_plan_is_reused_only_over_the_rows_it_split(tmp_path: Path) ->
     corpus.write_text("\n".join([*lines, "line 30"]) + "\n")
     with pytest.raises(ConfigError, match="rows past the 30 planned; use a new work directory"):
         plan_shards(InputSpec.of(corpus), work, 10)
+
+
+def test_a_filesystem_without_locks_warns_and_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import fcntl
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with hold_output(tmp_path / "out"):
+        pass
+    assert "cannot lock" in caplog.text and "would not be refused" in caplog.text

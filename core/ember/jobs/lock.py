@@ -10,6 +10,7 @@ the message a refused job prints. The leading ``_`` keeps it out of Parquet read
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from pathlib import Path
 from ember.errors import ConfigError
 
 LOCK = "_ember_job.lock"
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -33,8 +35,15 @@ def hold_output(directory: Path) -> Iterator[None]:
                 f"{directory} is being written by another job ({_holder(fd)}); wait for it "
                 "to end, or write to another --output"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:  # a filesystem without locks (some network mounts): ENOLCK
+            log.warning(
+                "cannot lock %s (%s): a second job on it would not be refused",
+                directory,
+                os.strerror(exc.errno) if exc.errno else exc,
+            )
+        else:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
         os.close(fd)  # releases the lock
