@@ -114,11 +114,18 @@ def test_ids_keep_one_type_across_shards() -> None:
         shard_table(["x"], "dense", [np.zeros(2, np.float32)], pa.int64())
 
 
-@pytest.mark.parametrize("ids", [[2**63, 1], [1, 2**63], [-(2**63) - 1]])
-def test_ids_past_int64_are_a_one_line_error(ids: list[int]) -> None:
+@pytest.mark.parametrize("ids", [[1, 2**63], [-(2**63) - 1], [2**63, -1], [2**64]])
+def test_ids_past_64_bits_are_a_one_line_error(ids: list[int]) -> None:
     big = next(i for i in ids if abs(i) >= 2**63)
-    with pytest.raises(BadRequest, match=f"id {big} is too large for a 64-bit integer"):
+    with pytest.raises(BadRequest, match=f"id {big} does not fit the 64-bit integer id column"):
         shard_table(ids, "dense", [np.zeros(2)] * len(ids), id_type_of(ids[:1]))
+
+
+def test_ids_past_int64_but_not_negative_are_uint64() -> None:
+    ids = [2**63, 2**64 - 1, 0]
+    table = shard_table(ids, "dense", [np.zeros(2)] * 3, id_type_of(ids))
+    assert table.schema.field("id").type == pa.uint64()
+    assert table.column("id").to_pylist() == ids
 
 
 def test_a_full_disk_is_one_line_and_the_checkpoint_stays(

@@ -235,18 +235,23 @@ def shard_table(ids: Sequence[Any], output: Output, values: Sequence[Any], id_ty
 
 
 def id_type_of(ids: Sequence[Any]) -> Any:
-    """The Arrow type of a job's ids, inferred from its first rows (int64, string, ...)."""
+    """The Arrow type of a job's ids, inferred from its first rows (int64, string, ...):
+    uint64 where they pass int64 but none is negative (a Parquet uint64 column's)."""
     import pyarrow as pa
 
     try:
         return pa.array(list(ids)).type
     except OverflowError:
-        raise _id_too_large(ids) from None
+        try:
+            return pa.array(list(ids), type=pa.uint64()).type
+        except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
+            raise _id_too_large(ids) from None
 
 
 def _id_too_large(ids: Sequence[Any]) -> BadRequest:
     """Arrow's integers are 64-bit: an id past them cannot be written as one."""
     big = next((i for i in ids if isinstance(i, int) and not -(2**63) <= i < 2**63), "an id")
     return BadRequest(
-        f"id {big} is too large for a 64-bit integer column; write ids this large as strings"
+        f"id {big} does not fit the 64-bit integer id column (int64, or uint64 when no id "
+        "is negative, as the first rows decide); write ids this large as strings"
     )
