@@ -21,8 +21,9 @@ httptools protocol (its fast parser; kept as the default):
   403; an upgrade request with a body gets 400 (the parser stops at its head, so the body
   would be read as empty). Every answer from this layer is the OpenAI error shape.
 
-Cost per request: a timer armed and cancelled twice (``loop.call_later``) and a clock read
-per body chunk; no per-byte Python work beyond uvicorn's own.
+Cost per request: a timer armed and cancelled twice (``loop.call_later``), a clock read
+per body chunk and two scans of the header names for ``Upgrade`` (under 1 µs each for 10
+headers); no per-byte Python work beyond uvicorn's own.
 """
 
 from __future__ import annotations
@@ -100,15 +101,16 @@ def parser_refusal(reason: str) -> tuple[int, str]:
 def requested_upgrade(headers: Sequence[tuple[bytes, bytes]]) -> bytes:
     """The protocols a request head asks to switch to (b'' for none; names lower-cased):
     ``Upgrade``, with ``upgrade`` among the ``Connection`` tokens, as the parser reads it."""
+    upgrade = [value.strip().lower() for name, value in headers if name == b"upgrade"]
+    if not upgrade:  # nearly every request: one pass over the names
+        return b""
     connection = {
         token.strip().lower()
         for name, value in headers
         if name == b"connection"
         for token in value.split(b",")
     }
-    if b"upgrade" not in connection:
-        return b""
-    return b", ".join(value.strip().lower() for name, value in headers if name == b"upgrade")
+    return b", ".join(upgrade) if b"upgrade" in connection else b""
 
 
 def upgrade_refusal(headers: Sequence[tuple[bytes, bytes]]) -> str:
