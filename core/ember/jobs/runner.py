@@ -223,11 +223,11 @@ async def _embed_held(engine: Engine, source: InputSpec, options: JobOptions) ->
         dynamic_ncols=True,
     )
     started = time.perf_counter()
-    rows = ShardDigests(source.rows(start=done), options.shard_rows)
+    digested = ShardDigests(source.rows(start=done), options.shard_rows)
     try:
         async for ids, values in embed_rows(
             engine,
-            rows,
+            digested,
             output=output,
             shard_rows=options.shard_rows,
             in_flight=options.in_flight,
@@ -238,7 +238,7 @@ async def _embed_held(engine: Engine, source: InputSpec, options: JobOptions) ->
             id_type = id_type or id_type_of(ids[:1000])
             table = shard_table(ids, output, values, id_type)
             # Parquet encoding and fsync off the loop: the batcher keeps being fed meanwhile.
-            await asyncio.to_thread(dataset.write_shard, checkpoint, table, rows.next_digest())
+            await asyncio.to_thread(dataset.write_shard, checkpoint, table, digested.next_digest())
     finally:
         bar.close()
     seconds = time.perf_counter() - started
