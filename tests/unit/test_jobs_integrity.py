@@ -84,10 +84,12 @@ async def test_a_resume_over_edited_rows_is_refused(
         checkpoint.update(shards=checkpoint["shards"][:2], complete=False)
         (out / CHECKPOINT).write_text(json.dumps(checkpoint))
 
+        current = list(lines)
+
         def edit(row: int, text: str) -> None:
-            edited = [*lines[:row], text, *lines[row + 1 :]]
+            current[row] = text
             size = corpus.stat().st_size
-            corpus.write_text("\n".join(edited) + "\n")
+            corpus.write_text("\n".join(current) + "\n")
             assert corpus.stat().st_size == size  # the case a size check cannot see
 
         edit(15, "sentence 15 about retrievaL")
@@ -98,7 +100,8 @@ async def test_a_resume_over_edited_rows_is_refused(
         assert "rows 10-19 (part-00001.parquet) differ" in message
         assert "new --output, or pass --overwrite" in message
 
-        edit(25, "sentence 25 about retrievaL")  # row 15 back as it was; 25 not embedded yet
+        edit(15, lines[15])
+        edit(25, "sentence 25 about retrievaL")  # not embedded yet: taken
         summary = await run_embed_job(engine, source, options)
         assert (summary.resumed_from, summary.rows) == (20, 30)
         got = pq.read_table(out).column("embedding").to_pylist()[25]
@@ -108,6 +111,13 @@ async def test_a_resume_over_edited_rows_is_refused(
         edit(3, "sentence 03 about retrievaL")  # a complete dataset is checked too
         with pytest.raises(ConfigError, match=r"rows 0-9 \(part-00000.parquet\) differ"):
             await run_embed_job(engine, source, options)
+        edit(3, lines[3])  # back as embedded; rows appended to a complete dataset are added
+        with corpus.open("a") as fh:
+            fh.write("sentence 30 about retrieval\nsentence 31 about retrieval\n")
+        summary = await run_embed_job(engine, source, options)
+        assert (summary.resumed_from, summary.rows_this_run, summary.rows) == (30, 2, 32)
+        checkpoint = json.loads((out / CHECKPOINT).read_text())
+        assert checkpoint["complete"] and checkpoint["total_rows"] == 32
 
         # The disk fills at the second shard, inputs still queued: one line, no asyncio
         # noise about the cancelled ones, and the next run resumes from the first shard.

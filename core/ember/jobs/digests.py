@@ -5,8 +5,8 @@ since (a line edited in the middle keeps the file's size), continuing would mix 
 two inputs in one dataset. So every shard records the digest of the (id, text) rows it
 embedded, and a resume reads the rows already done again and compares, shard by shard:
 a change is refused naming the shard and its rows. Rows not yet embedded may differ
-(appended lines, an edit past the checkpoint): the dataset then is the embedding of the
-input as it is now. Reading rows costs far less than embedding them (a parse per row
+(appended lines, also after the job finished; an edit past the checkpoint): the dataset
+then is the embedding of the input as it is now. Reading rows costs far less than embedding them (a parse per row
 against a forward pass).
 """
 

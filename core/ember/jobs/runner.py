@@ -202,8 +202,11 @@ async def _embed_held(engine: Engine, source: InputSpec, options: JobOptions) ->
     done = checkpoint.rows_done
     verify_rows(source.rows(0, done), checkpoint.shards, source.path.name, options.output)
     if checkpoint.complete:
-        log.info("%s is complete (%d rows); nothing to do", options.output, done)
-        return JobSummary(options.output, done, 0, 0.0, len(checkpoint.shards), done)
+        if next(iter(source.rows(done, done + 1)), None) is None:
+            log.info("%s is complete (%d rows); nothing to do", options.output, done)
+            return JobSummary(options.output, done, 0, 0.0, len(checkpoint.shards), done)
+        log.info("%s has rows past the %d embedded: embedding them", source.path.name, done)
+        checkpoint.complete, checkpoint.total_rows = False, None
     if checkpoint.total_rows is None:
         checkpoint.total_rows = source.count_rows()
         dataset.save(checkpoint)
