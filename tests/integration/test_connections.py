@@ -6,6 +6,7 @@ Every wait is bounded: a socket's reads time out, and each loop has a count and 
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -13,7 +14,13 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from ember.api.connections import ConnectionLimits, body_time_left, head_refusal
+from ember.api.connections import (
+    ConnectionLimits,
+    body_time_left,
+    head_refusal,
+    parser_refusal,
+    upgrade_refusal,
+)
 from tests.support import ServerProcess, start_server
 
 HEADER_TIMEOUT = 1.0
@@ -269,6 +276,81 @@ def test_ordinary_headers_are_served(short: ServerProcess) -> None:
     with _connect(short) as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n" + head + b"\r\n")
         assert _read_response(sock)[0] == 200
+
+
+# Protocol-level refusals: the OpenAI error shape, not uvicorn's text/plain or empty 403
+
+_UPGRADE = b"Connection: Upgrade\r\nUpgrade: "
+_WEBSOCKET = _UPGRADE + b"websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+
+
+def test_parser_and_upgrade_refusals_alone() -> None:
+    assert parser_refusal("Pause on PRI/Upgrade")[0] == 505
+    assert parser_refusal("Duplicate Content-Length") == (
+        400,
+        "invalid HTTP request: Duplicate Content-Length",
+    )
+    ws = [(b"connection", b"keep-alive, Upgrade"), (b"upgrade", b"WebSocket")]
+    assert "WebSocket is not served" in upgrade_refusal(ws)
+    h2c = [(b"connection", b"Upgrade, HTTP2-Settings"), (b"upgrade", b"h2c")]
+    assert upgrade_refusal(h2c) == ""  # served over HTTP/1.1
+    assert "Upgrade: h2c is not served" in upgrade_refusal([*h2c, (b"content-length", b"3")])
+    assert upgrade_refusal([(b"upgrade", b"websocket")]) == ""  # no Connection: upgrade
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "fragment"),
+    [
+        (
+            b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+            400,
+            b"Transfer-Encoding can't be present with Content-Length",
+        ),
+        (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, b"HTTP/2 is not served"),
+        (
+            b"GET /v1/embeddings HTTP/1.1\r\nHost: t\r\n" + _WEBSOCKET
+            + b"Sec-WebSocket-Version: 13\r\n\r\n",
+            400,
+            b"WebSocket is not served",
+        ),
+        (  # what the WebSocket library answered in text/plain before Ember saw it
+            b"GET /health HTTP/1.1\r\nHost: t\r\n" + _UPGRADE + b"websocket\r\n\r\n",
+            400,
+            b"WebSocket is not served",
+        ),
+        (  # the parser stops at the head: the body would be read as empty
+            _embed_request().replace(b"\r\n\r\n", b"\r\n" + _UPGRADE + b"h2c\r\n\r\n")
+            + EMBED,
+            400,
+            b"a request body with Upgrade: h2c is not served",
+        ),
+    ],
+    ids=["cl-and-te", "http2-preface", "websocket", "websocket-no-key", "h2c-with-body"],
+)  # fmt: skip
+def test_protocol_refusals_are_openai_shaped(
+    short: ServerProcess, request_bytes: bytes, status: int, fragment: bytes
+) -> None:
+    with _connect(short) as sock:
+        sock.sendall(request_bytes)
+        response = _read_until_closed(sock)
+    assert _status(response) == status
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower()
+    error = json.loads(body)["error"]
+    assert error["code"] == status and fragment.decode() in error["message"]
+    assert httpx.get(f"{short.url}/health", timeout=10).status_code == 200
+
+
+def test_a_bodiless_h2c_upgrade_is_served_over_http1_and_closed(short: ServerProcess) -> None:
+    """RFC 9110 §7.8: the Upgrade is ignored; the connection closes after the answer, as
+    nothing after an upgrade's head is parsed (a request behind it would hang)."""
+    h2c = b"GET /health HTTP/1.1\r\nHost: t\r\n" + _UPGRADE + b"h2c\r\n\r\n"
+    with _connect(short) as sock:
+        sock.sendall(h2c + b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+        response = _read_until_closed(sock)
+    assert _status(response) == 200 and response.count(b"HTTP/1.1 ") == 1
+    assert b"connection: close" in response.lower()
 
 
 # Connection cap

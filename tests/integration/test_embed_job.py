@@ -1,5 +1,6 @@
-"""`ember embed` as a user runs it: killed with SIGKILL mid-run, then run again, the
-dataset holds every input row exactly once, in input order, with the engine's vectors."""
+"""`ember embed` as a user runs it: killed with SIGKILL mid-run (a second job on its
+directory meanwhile refused), then run again, the dataset holds every input row exactly
+once, in input order, with the engine's vectors."""
 
 from __future__ import annotations
 
@@ -70,6 +71,15 @@ def test_killed_job_resumes_with_every_row_once_in_order(tmp_path: Path, minilm_
             assert first.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "no shard written in 180 s"
             time.sleep(0.02)
+        # A second job on the same directory is refused, naming the one that holds it.
+        rival = subprocess.run(
+            [sys.executable, "-m", "ember", "embed", *args],
+            cwd=REPO, env=child_env(drop_prefixes=("EMBER_",)), capture_output=True,
+            text=True, timeout=120,
+        )  # fmt: skip
+        assert rival.returncode == 2, rival.stderr[-3000:]
+        assert f"another job (pid {first.pid})" in rival.stderr.splitlines()[-1]
+        assert first.poll() is None  # and the first one goes on
         os.killpg(first.pid, signal.SIGKILL)
     finally:
         if first.poll() is None:
@@ -114,7 +124,10 @@ def test_killed_job_resumes_with_every_row_once_in_order(tmp_path: Path, minilm_
 def test_cli_errors_are_one_line_and_exit_2(tmp_path: Path, minilm_path: Path) -> None:
     corpus = tmp_path / "c.csv"
     corpus.write_text("body\nhello\n")
+    utf16 = tmp_path / "u16.txt"
+    utf16.write_text("hello\n", encoding="utf-16")
     cases = [
+        ([str(utf16)], "u16.txt is UTF-16 (it starts with a byte-order mark)"),
         ([str(tmp_path / "missing.jsonl")], "is not a file"),
         ([str(corpus)], "has no column 'text'; its columns: body"),
         ([str(corpus), "--shard-rows", "0"], "--shard-rows must be at least 1"),

@@ -125,17 +125,30 @@ def test_format_from_suffix_or_flag(tmp_path: Path) -> None:
         InputSpec.of(tmp_path / "nope.jsonl")
 
 
-def test_fingerprint_changes_with_content(tmp_path: Path) -> None:
-    """A resume must read the same file: an edit anywhere in the first or last MiB, or
-    any change of size, shows."""
-    path = tmp_path / "big.txt"
-    body = bytearray(b"x" * (3 << 20))
-    path.write_bytes(body)
-    spec = InputSpec.of(path)
-    first = spec.fingerprint()
-    assert spec.fingerprint() == first
-    body[-10] = ord("y")
-    path.write_bytes(body)
-    assert spec.fingerprint() != first
-    path.write_bytes(body + b"z")
-    assert spec.fingerprint() != first
+@pytest.mark.parametrize(
+    ("name", "data", "fragment"),
+    [
+        ("u16.txt", "hello\nworld\n".encode("utf-16"), "is UTF-16 (it starts with a byte-order"),
+        ("u16.csv", "text\nhello\n".encode("utf-16"), "iconv -f UTF-16 -t UTF-8"),
+        ("u32.jsonl", '{"text": "a"}\n'.encode("utf-32"), "is UTF-32"),
+        ("le.txt", "hello\nworld\n".encode("utf-16-le"), "holds NUL bytes"),
+        ("latin1.txt", "ok\ncaf\xe9\n".encode("latin-1"), "row 1 of latin1.txt is not UTF-8"),
+        ("latin1.csv", "text\ncaf\xe9\n".encode("latin-1"), "latin1.csv, near line"),
+    ],
+)
+def test_text_that_is_not_utf8_is_one_line(
+    tmp_path: Path, name: str, data: bytes, fragment: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(BadRequest) as err:
+        list(InputSpec.of(path).rows())
+    assert fragment in err.value.message and "\n" not in err.value.message
+
+
+def test_ids_past_64_bits_are_refused_not_rounded(tmp_path: Path) -> None:
+    """orjson reads an integer past 2^64 as a float (digits lost): refused at its row."""
+    path = tmp_path / "big.jsonl"
+    path.write_text('{"id": 1, "text": "a"}\n{"id": 18446744073709551616, "text": "b"}\n')
+    with pytest.raises(BadRequest, match="row 1 of big.jsonl: id 18446744073709551616 is too"):
+        list(InputSpec.of(path, id_column="id").rows())

@@ -3,7 +3,11 @@ ones, leftovers of a kill removed on resume, another job's output refused."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -108,3 +112,67 @@ def test_ids_keep_one_type_across_shards() -> None:
     assert id_type_of([1, 2]) == pa.int64()
     with pytest.raises(BadRequest, match="ids must all have one type"):
         shard_table(["x"], "dense", [np.zeros(2, np.float32)], pa.int64())
+
+
+@pytest.mark.parametrize("ids", [[1, 2**63], [-(2**63) - 1], [2**63, -1], [2**64]])
+def test_ids_past_64_bits_are_a_one_line_error(ids: list[int]) -> None:
+    big = next(i for i in ids if abs(i) >= 2**63)
+    with pytest.raises(BadRequest, match=f"id {big} does not fit the 64-bit integer id column"):
+        shard_table(ids, "dense", [np.zeros(2)] * len(ids), id_type_of(ids[:1]))
+
+
+def test_ids_past_int64_but_not_negative_are_uint64() -> None:
+    ids = [2**63, 2**64 - 1, 0]
+    table = shard_table(ids, "dense", [np.zeros(2)] * 3, id_type_of(ids))
+    assert table.schema.field("id").type == pa.uint64()
+    assert table.column("id").to_pylist() == ids
+
+
+def test_a_full_disk_is_one_line_and_the_checkpoint_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = Dataset(tmp_path / "out")
+    checkpoint = data.open(JOB)
+    data.write_shard(checkpoint, _table(0, 4))
+
+    def full(table: pa.Table, where: Path) -> None:
+        Path(where).write_bytes(b"half")  # what a writer leaves when the disk fills
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pq, "write_table", full)
+    with pytest.raises(ConfigError) as err:
+        data.write_shard(checkpoint, _table(4, 4))
+    assert "No space left on device (errno 28); the shards written before" in str(err.value)
+    assert sorted(p.name for p in data.dir.iterdir()) == [CHECKPOINT, "part-00000.parquet"]
+    assert Dataset(data.dir).open(JOB).rows_done == 4
+
+
+WRITE_LIMITED = """
+import resource, signal, sys
+from pathlib import Path
+import numpy as np, pyarrow as pa
+from ember.errors import EmberError
+from ember.jobs.shards import Dataset, shard_table
+data = Dataset(Path(sys.argv[1]))
+checkpoint = data.open({"job": 1})
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))
+rows = np.random.default_rng(0).random((4000, 16), dtype=np.float32)
+try:
+    data.write_shard(checkpoint, shard_table(list(range(4000)), "dense", list(rows), pa.int64()))
+except EmberError as exc:
+    print(exc.message)
+"""
+
+
+def test_a_real_file_size_limit_is_the_same_one_line(tmp_path: Path) -> None:
+    """RLIMIT_FSIZE makes pyarrow's own write fail (EFBIG) as a full disk would."""
+    from tests.support import REPO, child_env
+
+    done = subprocess.run(
+        [sys.executable, "-c", WRITE_LIMITED, str(tmp_path / "out")],
+        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "File too large (errno 27); the shards written before are kept" in done.stdout
+    assert not list((tmp_path / "out").glob("*.tmp"))

@@ -216,6 +216,26 @@ def test_too_long_audio_is_refused_from_its_header() -> None:
     assert "3.0 s long, more than the 2 s accepted" in _refused(exc, 4)
 
 
+def _unknown_length(flac: bytes) -> bytes:
+    """``flac`` with STREAMINFO's 36-bit total_samples set to 0, "unknown" (after "fLaC"
+    and the 4-byte block header: 4 bits of byte 13 of the block and bytes 14-17)."""
+    data = bytearray(flac)
+    assert data[:4] == b"fLaC"
+    data[8 + 13] &= 0xF0
+    data[8 + 14 : 8 + 18] = bytes(4)
+    return bytes(data)
+
+
+def test_a_flac_of_unknown_length_is_read_to_the_cap_not_sized_by_its_header() -> None:
+    short = _unknown_length(_audio(_sine(440, 8_000, 1.0), 8_000, "FLAC", "PCM_16"))
+    assert soundfile.info(io.BytesIO(short)).frames == 2**63 - 1  # what libsndfile reports
+    assert len(decode_audio(short, 0, 8_000, MediaLimits(max_audio_seconds=2.0))) == 8_000
+    long = _unknown_length(_audio(_sine(440, 8_000, 3.0), 8_000, "FLAC", "PCM_16"))
+    with pytest.raises(EmberError) as exc:
+        decode_audio(long, 2, 8_000, MediaLimits(max_audio_seconds=2.0))
+    assert _refused(exc, 2) == "input 2: the audio is longer than the 2 s accepted"
+
+
 class _EndlessAudio:
     """A file whose reads never end, as one whose header understates its length would."""
 

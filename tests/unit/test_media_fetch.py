@@ -30,6 +30,7 @@ from ember.config import ServerSettings
 from ember.errors import BadRequest, EmberError, MissingDependency, PayloadTooLarge
 from ember.media import MediaLimits, decode_image, fetch_all, is_public_address
 from ember.media.fetch import Address
+from ember.media.special_addresses import IPV4_SPECIAL_PURPOSE, IPV6_SPECIAL_PURPOSE
 
 OPEN = MediaLimits(allow_private_urls=True)
 STREAM_CHUNK = 16 * 1024
@@ -201,6 +202,13 @@ async def test_items_come_back_in_order_when_allowed(server: _Server) -> None:
         "http://[fe80::1]/",
         "http://[fc00::1]/",
         "http://224.0.0.1/",
+        "http://[::127.0.0.1]/",  # the forms Python 3.11's is_global calls global
+        "http://[::ffff:0:7f00:1]/",
+        "http://[fec0::1]/",
+        "http://[5f00::1]/",
+        "http://[3fff::1]/",
+        "http://[64:ff9b::7f00:1]/",
+        "http://[2002:7f00:1::1]/",
     ],
 )
 async def test_ssrf_catalog_refuses_non_public_addresses(url: str) -> None:
@@ -506,6 +514,53 @@ async def test_other_item_types_are_400() -> None:
 )
 def test_is_public_address(address: str, public: bool) -> None:
     assert is_public_address(ipaddress.ip_address(address)) is public
+
+
+# Forms Python 3.11's ``is_global`` calls global: reserved, deprecated or newer registry
+# rows, and IPv6 forms that carry a private IPv4 address.
+NOT_PUBLIC_ON_OLD_PYTHONS = [
+    "::127.0.0.1",  # IPv4-compatible (deprecated, RFC 4291 §2.5.5.1)
+    "::ffff:0:7f00:1",  # IPv4-translated (RFC 6145) around 127.0.0.1
+    "fec0::1",  # site-local (deprecated, RFC 3879)
+    "5f00::1",  # SRv6 SIDs (RFC 9602)
+    "3fff::1",  # documentation (RFC 9637)
+    "64:ff9b::c0a8:101",  # NAT64 around 192.168.1.1
+    "64:ff9b::a9fe:a9fe",  # NAT64 around the metadata service 169.254.169.254
+    "2002:a9fe:a9fe::1",  # 6to4 around 169.254.169.254
+    "2002:c0a8:101::1",  # 6to4 around 192.168.1.1
+    "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo (N/A in the registry)
+    "2001:0:c0a8:101::1",  # Teredo whose server is 192.168.1.1
+    "192.0.0.8",  # IPv4 dummy address (RFC 7600)
+    "192.88.99.1",  # deprecated 6to4 relay anycast (RFC 7526)
+    "4000::1",  # reserved by the IETF: not 2000::/3
+]
+
+
+@pytest.mark.parametrize("address", NOT_PUBLIC_ON_OLD_PYTHONS)
+async def test_registry_rows_python_lags_are_refused(address: str) -> None:
+    """Through the injected resolver, as a name resolving there would be refused."""
+
+    async def resolver(host: str, port: int) -> list[Address]:
+        return [ipaddress.ip_address(address)]
+
+    with pytest.raises(EmberError) as exc:
+        await fetch_all(["http://lagging.test/a.png"], MediaLimits(), resolver=resolver)
+    shown = str(ipaddress.ip_address(address))
+    assert f"resolves to {shown}, which is not a public address" in _refused(exc, 400, 0)
+
+
+CARRIERS = {"::ffff:0:0/96", "64:ff9b::/96", "2002::/16"}  # mapped, NAT64, 6to4
+
+
+def test_every_registry_row_is_applied() -> None:
+    """A block the registry calls not globally reachable (or N/A) is refused; one it calls
+    reachable is refused only where Python's own table says so too."""
+    for block in (*IPV4_SPECIAL_PURPOSE, *IPV6_SPECIAL_PURPOSE):
+        if str(block.network) in CARRIERS:
+            continue  # judged by the IPv4 address inside (test_is_public_address)
+        first = block.network[1] if block.network.num_addresses > 1 else block.network[0]
+        want = block.globally_reachable is True and first.is_global
+        assert is_public_address(first) is want, (block, first)
 
 
 def test_limits_from_settings() -> None:

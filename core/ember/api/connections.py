@@ -13,15 +13,23 @@ httptools protocol (its fast parser; kept as the default):
 - idle keep-alive connections close after uvicorn's ``timeout_keep_alive``;
 - past ``max_connections`` open at once, a new connection is answered 503 and closed at
   once, while those already open keep being served;
-- a head over ``max_header_bytes`` or ``max_headers`` gets 431.
+- a head over ``max_header_bytes`` or ``max_headers`` gets 431;
+- what the parser refuses (``Content-Length`` with ``Transfer-Encoding``, a malformed
+  head) gets 400 and the HTTP/2 connection preface 505, with the parser's reason, where
+  uvicorn would answer text/plain; a WebSocket upgrade gets 400 (no route is a WebSocket)
+  before uvicorn hands the connection to its WebSocket protocol, whose refusal is an empty
+  403; an upgrade request with a body gets 400 (the parser stops at its head, so the body
+  would be read as empty). Every answer from this layer is the OpenAI error shape.
 
-Cost per request: a timer armed and cancelled twice (``loop.call_later``) and a clock read
-per body chunk; no per-byte Python work beyond uvicorn's own.
+Cost per request: a timer armed and cancelled twice (``loop.call_later``), a clock read
+per body chunk and two scans of the header names for ``Upgrade`` (under 1 µs each for 10
+headers); no per-byte Python work beyond uvicorn's own.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from asyncio import TimerHandle, Transport
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +38,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from ember.api.middleware import WEBSOCKET_REFUSAL
 from ember.errors import ConfigError, error_body
 from ember.logs import RateLimitedLog
 
@@ -48,6 +57,8 @@ KEEP_ALIVE_TIMEOUT = 5.0
 ANSWERED = "ember.connection_answered"
 
 _TYPES = {408: "timeout_error", 431: "invalid_request_error", 503: "service_unavailable"}
+# llhttp's reason for pausing on "PRI * HTTP/2.0", the HTTP/2 connection preface.
+_HTTP2_PREFACE = "Pause on PRI/Upgrade"
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,53 @@ def head_refusal(
     size = len(url) + sum(len(name) + len(value) for name, value in headers)
     if size > limits.max_header_bytes:
         return f"request head over {limits.max_header_bytes} bytes"
+    return ""
+
+
+def parser_refusal(reason: str) -> tuple[int, str]:
+    """(status, message) for a request head the HTTP/1.1 parser refused for ``reason``."""
+    if reason == _HTTP2_PREFACE:
+        return 505, (
+            "HTTP/2 is not served (the request began with the HTTP/2 connection preface); "
+            "send HTTP/1.1, or put an HTTP/2 proxy in front"
+        )
+    return 400, f"invalid HTTP request: {reason or 'the HTTP/1.1 parser refused it'}"
+
+
+def requested_upgrade(headers: Sequence[tuple[bytes, bytes]]) -> bytes:
+    """The protocols a request head asks to switch to (b'' for none; names lower-cased):
+    ``Upgrade``, with ``upgrade`` among the ``Connection`` tokens, as the parser reads it."""
+    upgrade = [value.strip().lower() for name, value in headers if name == b"upgrade"]
+    if not upgrade:  # nearly every request: one pass over the names
+        return b""
+    connection = {
+        token.strip().lower()
+        for name, value in headers
+        if name == b"connection"
+        for token in value.split(b",")
+    }
+    return b", ".join(upgrade) if b"upgrade" in connection else b""
+
+
+def upgrade_refusal(headers: Sequence[tuple[bytes, bytes]]) -> str:
+    """Why a request asking to switch protocols is refused ('' when it is not).
+
+    No route is a WebSocket. The parser stops at an upgrade request's head, so a body
+    after it would be lost: such a request is refused rather than read as empty. A
+    bodiless one (``Upgrade: h2c`` on a GET) is served over HTTP/1.1 (RFC 9110 §7.8)."""
+    upgrade = requested_upgrade(headers)
+    if not upgrade:
+        return ""
+    if b"websocket" in upgrade:
+        return WEBSOCKET_REFUSAL
+    if any(
+        (name == b"content-length" and value.strip() != b"0") or name == b"transfer-encoding"
+        for name, value in headers
+    ):
+        return (
+            f"a request body with Upgrade: {upgrade.decode('latin-1')} is not served: "
+            "send the request without the Upgrade header"
+        )
     return ""
 
 
@@ -161,7 +219,16 @@ class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
             if self._head_bytes > self.limits.max_header_bytes:
                 self._answer(431, f"request head over {self.limits.max_header_bytes} bytes")
 
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer when the parser raises, called while it handles the error: the
+        reason is that error's (``sys.exception()``), the answer this layer's shape."""
+        error = sys.exc_info()[1]
+        status, message = parser_refusal(str(error) if error is not None else "")
+        self._answer(status, message)
+
     def handle_websocket_upgrade(self) -> None:
+        if self._done:  # refused in on_headers_complete: the parser still reports it
+            return
         self._cancel_deadline()  # the connection is the WebSocket protocol's from here
         self._in_body = False
         super().handle_websocket_upgrade()
@@ -182,7 +249,13 @@ class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
         if refusal:
             self._answer(431, refusal)
             return
+        refusal = upgrade_refusal(self.headers)
+        if refusal:
+            self._answer(400, refusal)
+            return
         super().on_headers_complete()
+        if requested_upgrade(self.headers) and self.cycle is not None:
+            self.cycle.keep_alive = False  # the parser reads nothing after an upgrade's head
         self._in_body = True
         self._body_progress = self.loop.time()
         self._set_deadline(self.limits.body_timeout, self._body_deadline)

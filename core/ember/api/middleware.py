@@ -10,8 +10,10 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+import orjson
+
 from ember.api.errors import ember_error_response
-from ember.errors import EmberError, PayloadTooLarge, Unauthorized
+from ember.errors import EmberError, PayloadTooLarge, Unauthorized, error_body
 from ember.metrics import Metrics
 
 Scope = MutableMapping[str, Any]
@@ -37,6 +39,23 @@ OPEN_PATHS = frozenset(
         "/favicon.ico",
     }
 )
+
+
+WEBSOCKET_REFUSAL = "WebSocket is not served: every route here is plain HTTP/1.1"
+
+
+async def refuse_websocket(scope: Scope, receive: Receive, send: Send) -> None:
+    """A WebSocket handed to the app (by a server other than ``ember serve``, whose protocol
+    refuses it first): the error shape through the ASGI denial-response extension where the
+    server has it, else a close before accepting (the server answers that with a 403)."""
+    await receive()  # websocket.connect
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    body = orjson.dumps(error_body(WEBSOCKET_REFUSAL, "invalid_request_error", 400))
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "websocket.http.response.start", "status": 400, "headers": headers})
+    await send({"type": "websocket.http.response.body", "body": body})
 
 
 def route_path(scope: Scope) -> str:
@@ -105,6 +124,9 @@ class EdgeMiddleware:
         self._series: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await refuse_websocket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -59,6 +59,12 @@ def _skip_prompt(
 CPU_WARM_UP_LENGTH = 64
 
 
+def _retrieved(future: asyncio.Future) -> None:
+    """Read a finished future's outcome, so that asyncio never logs it as unread."""
+    if not future.cancelled():
+        future.exception()
+
+
 class Engine:
     def __init__(
         self,
@@ -443,7 +449,11 @@ class Engine:
             futures = self.batcher.submit(pieces, reserved=count, deadline=deadline)
             submitted = True
             remaining = max(0.0, deadline - time.perf_counter())
-            rows = await asyncio.wait_for(asyncio.gather(*futures), remaining)
+            gathered = asyncio.gather(*futures)
+            # Cancelled under wait_for (3.11), the gather ends holding a CancelledError that
+            # nothing reads: asyncio would log "exception was never retrieved" per request.
+            gathered.add_done_callback(_retrieved)
+            rows = await asyncio.wait_for(gathered, remaining)
         except BaseException as exc:
             if not submitted:
                 self.batcher.release(count)

@@ -1,7 +1,8 @@
 """Corpus jobs: embed a whole file into a Parquet dataset, resumably, in-process.
 
 ``inputs`` reads the corpus, ``runner`` feeds it through an engine, ``shards`` writes and
-checkpoints the dataset, ``fanout`` splits a corpus for many machines and joins their
+checkpoints the dataset, ``digests`` ties each shard to its input rows, ``lock`` keeps
+one job per output directory, ``fanout`` splits a corpus for many machines and joins their
 outputs, ``batch`` answers an OpenAI batch file line by line, ``command`` is `ember embed`.
 Nothing is imported here, so the CLI stays quick.
 """

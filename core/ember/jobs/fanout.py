@@ -21,7 +21,9 @@ from typing import Any
 
 from ember.engine import Engine
 from ember.errors import ConfigError
+from ember.jobs.digests import rows_digest, verify_rows
 from ember.jobs.inputs import InputSpec
+from ember.jobs.lock import hold_output
 from ember.jobs.runner import JobOptions, JobSummary, run_embed_job
 from ember.jobs.shards import Checkpoint, Dataset, Shard, _atomic_write, shard_name
 
@@ -38,6 +40,11 @@ class ShardTask:
     rows: int
     input: str
     output: str
+    digest: str | None = None  # of its rows of the input (jobs.digests)
+
+    @property
+    def name(self) -> str:
+        return self.input
 
 
 def _write_inputs(source: InputSpec, work: Path, shard_rows: int) -> list[ShardTask]:
@@ -62,6 +69,7 @@ def _write_inputs(source: InputSpec, work: Path, shard_rows: int) -> list[ShardT
             rows=len(part),
             input=f"inputs/input-{index:05d}.parquet",
             output=f"shards/shard-{index:05d}",
+            digest=rows_digest(part),
         )
         path = work / task.input
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,11 +81,11 @@ def _write_inputs(source: InputSpec, work: Path, shard_rows: int) -> list[ShardT
 
 def plan_shards(source: InputSpec, work: Path, shard_rows: int) -> list[ShardTask]:
     """Split ``source`` into Parquet inputs of ``shard_rows`` rows under ``work``; reused
-    when ``work`` already holds the plan of this same input and shard size."""
+    when ``work`` already holds the plan of this same input and shard size, over the same
+    rows (checked, row by row, against each planned shard's digest)."""
     work.mkdir(parents=True, exist_ok=True)
     key = {
         "input": str(source.path.resolve()),
-        "fingerprint": source.fingerprint(),
         "text_column": source.text_column,
         "id_column": source.id_column,
         "shard_rows": shard_rows,
@@ -86,11 +94,26 @@ def plan_shards(source: InputSpec, work: Path, shard_rows: int) -> list[ShardTas
     if plan_path.exists():
         saved = json.loads(plan_path.read_text())
         if saved["key"] == key:
-            return [ShardTask(**t) for t in saved["tasks"]]
+            tasks = [ShardTask(**t) for t in saved["tasks"]]
+            _check_plan(source, work, tasks)
+            return tasks
         raise ConfigError(f"{work} holds the plan of another input; use a new work directory")
     tasks = _write_inputs(source, work, shard_rows)
     _atomic_write(plan_path, json.dumps({"key": key, "tasks": [asdict(t) for t in tasks]}).encode())
     return tasks
+
+
+def _check_plan(source: InputSpec, work: Path, tasks: list[ShardTask]) -> None:
+    """A plan is reused only over the rows it split: the shards embed its copies of them."""
+    advice = "use a new work directory"
+    rows = iter(source.rows())
+    verify_rows(rows, tasks, source.path.name, work, advice=advice)
+    if next(rows, None) is not None:
+        planned = sum(t.rows for t in tasks)
+        raise ConfigError(
+            f"{source.path.name} changed since {work} was planned: it has rows past the "
+            f"{planned} planned; {advice}"
+        )
 
 
 def shard_done(work: Path, task: ShardTask) -> bool:
@@ -131,6 +154,11 @@ def join_shards(
 ) -> Checkpoint:
     """The shards' files, in input order, as one dataset at ``output`` with its checkpoint
     (``job`` identifies it, as ``ember embed``'s does); fails if a shard is not done."""
+    with hold_output(output):
+        return _join(work, tasks, output, job)
+
+
+def _join(work: Path, tasks: Iterable[ShardTask], output: Path, job: dict[str, Any]) -> Checkpoint:
     dataset = Dataset(output)
     checkpoint = dataset.open(job)
     if checkpoint.complete:
@@ -143,7 +171,7 @@ def join_shards(
         for part in inner.shards:
             name = shard_name(len(checkpoint.shards))
             _link(work / task.output / part.name, output / name)
-            checkpoint.shards.append(Shard(name, checkpoint.rows_done, part.rows))
+            checkpoint.shards.append(Shard(name, checkpoint.rows_done, part.rows, part.digest))
     checkpoint.total_rows = checkpoint.rows_done
     checkpoint.complete = True
     dataset.save(checkpoint)

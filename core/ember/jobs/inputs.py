@@ -7,8 +7,8 @@ one, a row's id is its 0-based position in the file (a text file's line number).
 
 from __future__ import annotations
 
+import codecs
 import csv
-import hashlib
 import io
 import itertools
 from collections.abc import Iterator
@@ -35,6 +35,15 @@ SUFFIXES: dict[str, Format] = {
 # Parquet is read a record batch at a time: bounded memory whatever the file's size.
 PARQUET_BATCH_ROWS = 4096
 Row = tuple[Any, str]
+# Byte-order marks of encodings the line formats are not read in (UTF-32 before UTF-16:
+# the UTF-32LE mark begins with UTF-16LE's).
+FOREIGN_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+SNIFF_BYTES = 4096
 
 
 def detect_format(path: Path, given: str | None = None) -> Format:
@@ -75,18 +84,6 @@ class InputSpec:
             raise BadRequest(f"input {path} is not a file")
         return cls(path, detect_format(path, format), text_column, id_column or None)
 
-    def fingerprint(self) -> str:
-        """Size plus a hash of the first and last MiB: a resumed job must read the same
-        file, and hashing all of a multi-GB corpus would cost a pass of its own."""
-        size = self.path.stat().st_size
-        digest = hashlib.sha256(str(size).encode())
-        with self.path.open("rb") as fh:
-            digest.update(fh.read(1 << 20))
-            if size > 2 << 20:
-                fh.seek(size - (1 << 20))
-                digest.update(fh.read())
-        return f"{size}:{digest.hexdigest()[:32]}"
-
     def count_rows(self) -> int:
         """Rows in the file (the progress bar's total): Parquet's footer, else one pass."""
         if self.format == "parquet":
@@ -107,11 +104,17 @@ class InputSpec:
     def _raw_rows(self) -> Iterator[Any]:
         """Undecoded rows of a line-based format: lines, CSV records or JSON lines."""
         with self.path.open("rb") as fh:
+            self._check_encoding(fh.read(SNIFF_BYTES))
+            fh.seek(0)
             if self.format == "csv":
                 text = io.TextIOWrapper(fh, encoding="utf-8", newline="")
                 reader = csv.DictReader(text)
-                self._check_columns(reader.fieldnames or [])
-                yield from reader
+                try:
+                    self._check_columns(reader.fieldnames or [])
+                    yield from reader
+                except UnicodeDecodeError as exc:  # decoded a block ahead: where is near
+                    where = f"{self.path.name}, near line {reader.line_num + 1},"
+                    raise self._not_utf8(where, exc) from None
                 return
             for line in fh:
                 if self.format == "jsonl" and not line.strip():
@@ -120,7 +123,10 @@ class InputSpec:
 
     def _row(self, index: int, raw: Any) -> Row:
         if self.format == "text":
-            text = raw.decode("utf-8").rstrip("\r\n")
+            try:
+                text = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise self._not_utf8(f"row {index} of {self.path.name}", exc) from None
             return index, text
         if self.format == "jsonl":
             try:
@@ -146,7 +152,34 @@ class InputSpec:
             return index, text
         if self.id_column not in record or record[self.id_column] is None:
             raise BadRequest(f"row {index} of {self.path.name} has no id {self.id_column!r}")
-        return record[self.id_column], text
+        row_id = record[self.id_column]
+        if self.format == "jsonl" and isinstance(row_id, float) and abs(row_id) >= 2**63:
+            # orjson reads an integer past 64 bits as a float: the id would lose digits.
+            raise BadRequest(
+                f"row {index} of {self.path.name}: id {row_id:.0f} is too large for a 64-bit "
+                "integer; write ids this large as strings"
+            )
+        return row_id, text
+
+    def _check_encoding(self, head: bytes) -> None:
+        """Refuse a UTF-16 or UTF-32 file up front: read as UTF-8 it fails at its first byte
+        (with a mark) or, without one, reads as text full of NUL characters."""
+        for bom, name in FOREIGN_BOMS:
+            if head.startswith(bom):
+                raise BadRequest(
+                    f"{self.path.name} is {name} (it starts with a byte-order mark); "
+                    f"{self.format} inputs are read as UTF-8: convert it first, e.g. "
+                    f"iconv -f {name} -t UTF-8"
+                )
+        if b"\x00" in head:
+            raise BadRequest(
+                f"{self.path.name} holds NUL bytes, so it is not UTF-8 text (UTF-16 or UTF-32 "
+                f"without a byte-order mark?); {self.format} inputs are read as UTF-8: "
+                "convert it first"
+            )
+
+    def _not_utf8(self, where: str, exc: UnicodeDecodeError) -> BadRequest:
+        return BadRequest(f"{where} is not UTF-8 ({exc.reason}); convert the file to UTF-8 first")
 
     def _check_columns(self, names: list[str]) -> None:
         missing = [c for c in (self.text_column, self.id_column) if c and c not in names]

@@ -25,7 +25,9 @@ from ember.capabilities import Output
 from ember.config import ServerSettings
 from ember.engine import Engine, EngineArray
 from ember.errors import BadRequest, ConfigError
+from ember.jobs.digests import ShardDigests, verify_rows
 from ember.jobs.inputs import InputSpec, Row
+from ember.jobs.lock import hold_output
 from ember.jobs.shards import Checkpoint, Dataset, id_type_of, shard_table
 from ember.models.spec import ModelSpec
 
@@ -144,9 +146,8 @@ def job_identity(
 ) -> dict[str, Any]:
     """What must not change between a run and its resume (a mix would be one dataset of
     two jobs): the input file, its columns, the model and what is computed from it."""
-    return {
+    return {  # the input's content is checked row by row instead (jobs.digests)
         "input": str(source.path.resolve()),
-        "fingerprint": source.fingerprint(),
         "format": source.format,
         "text_column": source.text_column,
         "id_column": source.id_column,
@@ -174,22 +175,38 @@ def choose_output(engine: Engine, wanted: Output | None) -> Output:
     return output
 
 
+def _check_rows(source: InputSpec) -> None:
+    """A missing column or an empty input fails before the model loads or the output is
+    made (a dataset of no shards would read as nothing)."""
+    if next(iter(source.rows(0, 1)), None) is None:
+        raise ConfigError(f"{source.path} has no rows to embed")
+
+
 async def run_embed_job(engine: Engine, source: InputSpec, options: JobOptions) -> JobSummary:
     """Embed ``source`` into the Parquet dataset ``options.output``, continuing from its
-    checkpoint when it holds an earlier run of the same job."""
+    checkpoint when it holds an earlier run of the same job over the same rows."""
+    _check_rows(source)
+    with hold_output(options.output):
+        return await _embed_held(engine, source, options)
+
+
+async def _embed_held(engine: Engine, source: InputSpec, options: JobOptions) -> JobSummary:
+    """``run_embed_job`` once this process holds the output directory."""
     from tqdm import tqdm
 
     output = choose_output(engine, options.output_kind)
-    if next(iter(source.rows(start=0)), None) is None:  # a dataset of no shards reads as none
-        raise ConfigError(f"{source.path} has no rows to embed")
     dataset = Dataset(options.output)
     checkpoint = dataset.open(
         job_identity(engine.spec, source, output, options), overwrite=options.overwrite
     )
     done = checkpoint.rows_done
+    verify_rows(source.rows(0, done), checkpoint.shards, source.path.name, options.output)
     if checkpoint.complete:
-        log.info("%s is complete (%d rows); nothing to do", options.output, done)
-        return JobSummary(options.output, done, 0, 0.0, len(checkpoint.shards), done)
+        if next(iter(source.rows(done, done + 1)), None) is None:
+            log.info("%s is complete (%d rows); nothing to do", options.output, done)
+            return JobSummary(options.output, done, 0, 0.0, len(checkpoint.shards), done)
+        log.info("%s has rows past the %d embedded: embedding them", source.path.name, done)
+        checkpoint.complete, checkpoint.total_rows = False, None
     if checkpoint.total_rows is None:
         checkpoint.total_rows = source.count_rows()
         dataset.save(checkpoint)
@@ -209,10 +226,11 @@ async def run_embed_job(engine: Engine, source: InputSpec, options: JobOptions) 
         dynamic_ncols=True,
     )
     started = time.perf_counter()
+    digested = ShardDigests(source.rows(start=done), options.shard_rows)
     try:
         async for ids, values in embed_rows(
             engine,
-            source.rows(start=done),
+            digested,
             output=output,
             shard_rows=options.shard_rows,
             in_flight=options.in_flight,
@@ -223,11 +241,12 @@ async def run_embed_job(engine: Engine, source: InputSpec, options: JobOptions) 
             id_type = id_type or id_type_of(ids[:1000])
             table = shard_table(ids, output, values, id_type)
             # Parquet encoding and fsync off the loop: the batcher keeps being fed meanwhile.
-            await asyncio.to_thread(dataset.write_shard, checkpoint, table)
+            await asyncio.to_thread(dataset.write_shard, checkpoint, table, digested.next_digest())
     finally:
         bar.close()
     seconds = time.perf_counter() - started
     checkpoint.complete = True
+    checkpoint.total_rows = checkpoint.rows_done  # rows past a resume may have been added
     dataset.save(checkpoint)
     rows = checkpoint.rows_done
     return JobSummary(options.output, rows, rows - done, seconds, len(checkpoint.shards), done)
@@ -243,13 +262,14 @@ def _id_type(dataset: Dataset, checkpoint: Checkpoint) -> Any:
 
 
 async def _run(settings: ServerSettings, source: InputSpec, options: JobOptions) -> JobSummary:
-    next(iter(source.rows(0, 1)), None)  # a missing column fails now, not after loading
-    engines = EngineArray(job_settings(settings, options).model_specs())
-    await engines.start()
-    try:
-        return await run_embed_job(engines.get(None), source, options)
-    finally:
-        await engines.stop()
+    _check_rows(source)
+    with hold_output(options.output):  # a second job on the directory stops before loading
+        engines = EngineArray(job_settings(settings, options).model_specs())
+        await engines.start()
+        try:
+            return await _embed_held(engines.get(None), source, options)
+        finally:
+            await engines.stop()
 
 
 def embed_corpus(settings: ServerSettings, source: InputSpec, options: JobOptions) -> JobSummary:

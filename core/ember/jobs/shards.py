@@ -33,12 +33,27 @@ def shard_name(index: int) -> str:
 
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + TEMP_SUFFIX)
-    with tmp.open("wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: give back what the attempt took
+        raise
     _sync_dir(path.parent)
+
+
+def write_failed(directory: Path, exc: OSError) -> ConfigError:
+    """A failed write (a full disk, a quota, a file-size limit) as the one line a job ends
+    with: the checkpoint on disk is the last one written whole, so the job resumes."""
+    # os.strerror: pyarrow's own strerror repeats itself ("Error writing bytes... Detail: ...").
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    return ConfigError(
+        f"cannot write to {directory}: {reason} (errno {exc.errno}); the shards written "
+        "before are kept: make room and run the job again to resume"
+    )
 
 
 def _sync_dir(directory: Path) -> None:
@@ -60,6 +75,7 @@ class Shard:
     name: str
     start: int  # first input row it holds
     rows: int
+    digest: str | None = None  # of the input rows it was computed from (jobs.digests)
 
 
 @dataclass
@@ -141,20 +157,30 @@ class Dataset:
                 )
 
     def save(self, checkpoint: Checkpoint) -> None:
-        _atomic_write(self.checkpoint_path, checkpoint.to_json())
+        try:
+            _atomic_write(self.checkpoint_path, checkpoint.to_json())
+        except OSError as exc:
+            raise write_failed(self.dir, exc) from None
 
-    def write_shard(self, checkpoint: Checkpoint, table: Any) -> Shard:
-        """Publish ``table`` as the next shard, then record it: the order that makes a kill
-        between the two leave only a file the next run deletes."""
+    def write_shard(self, checkpoint: Checkpoint, table: Any, digest: str | None = None) -> Shard:
+        """Publish ``table`` as the next shard, then record it (with the ``digest`` of its
+        input rows): the order that makes a kill between the two leave only a file the next
+        run deletes."""
         import pyarrow.parquet as pq
 
-        shard = Shard(shard_name(len(checkpoint.shards)), checkpoint.rows_done, table.num_rows)
+        shard = Shard(
+            shard_name(len(checkpoint.shards)), checkpoint.rows_done, table.num_rows, digest
+        )
         path = self.dir / shard.name
         tmp = path.with_name(path.name + TEMP_SUFFIX)
-        pq.write_table(table, tmp)
-        with tmp.open("rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        try:
+            pq.write_table(table, tmp)
+            with tmp.open("rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:  # pyarrow's IO errors are OSError too
+            tmp.unlink(missing_ok=True)
+            raise write_failed(self.dir, exc) from None
         checkpoint.shards.append(shard)
         self.save(checkpoint)
         return shard
@@ -199,6 +225,8 @@ def shard_table(ids: Sequence[Any], output: Output, values: Sequence[Any], id_ty
 
     try:
         id_array = pa.array(list(ids), type=id_type)
+    except OverflowError:
+        raise _id_too_large(ids) from None
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise BadRequest(
             f"ids must all have one type ({id_type}, from the first rows): {exc}"
@@ -207,7 +235,23 @@ def shard_table(ids: Sequence[Any], output: Output, values: Sequence[Any], id_ty
 
 
 def id_type_of(ids: Sequence[Any]) -> Any:
-    """The Arrow type of a job's ids, inferred from its first rows (int64, string, ...)."""
+    """The Arrow type of a job's ids, inferred from its first rows (int64, string, ...):
+    uint64 where they pass int64 but none is negative (a Parquet uint64 column's)."""
     import pyarrow as pa
 
-    return pa.array(list(ids)).type
+    try:
+        return pa.array(list(ids)).type
+    except OverflowError:
+        try:
+            return pa.array(list(ids), type=pa.uint64()).type
+        except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
+            raise _id_too_large(ids) from None
+
+
+def _id_too_large(ids: Sequence[Any]) -> BadRequest:
+    """Arrow's integers are 64-bit: an id past them cannot be written as one."""
+    big = next((i for i in ids if isinstance(i, int) and not -(2**63) <= i < 2**63), "an id")
+    return BadRequest(
+        f"id {big} does not fit the 64-bit integer id column (int64, or uint64 when no id "
+        "is negative, as the first rows decide); write ids this large as strings"
+    )

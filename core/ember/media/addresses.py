@@ -7,40 +7,46 @@ import asyncio
 import ipaddress
 import socket
 
+from ember.media.special_addresses import IPV6_GLOBAL_UNICAST, special_block
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-# Non-global ranges that older Pythons' ``is_global`` tables miss (3.11 calls 192.0.0.8
-# global), and the IPv6 prefixes that carry an IPv4 address a gateway would connect to.
-_NOT_GLOBAL = (
-    ipaddress.ip_network("192.0.0.0/24"),
-    ipaddress.ip_network("64:ff9b:1::/48"),
-)
+# IPv6 forms a connection leaves through to the IPv4 address inside: a dual-stack socket
+# (IPv4-mapped, RFC 4291 §2.5.5.2), a NAT64 gateway (RFC 6052's well-known prefix), a 6to4
+# relay (RFC 3056). Each is judged as that IPv4 address.
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
 def is_public_address(address: Address) -> bool:
-    """True for a globally routable unicast address; the default policy for every hop.
+    """True for a globally reachable unicast address; the default policy for every hop.
 
-    Refuses loopback, private, link-local, multicast, unspecified, reserved and shared
-    (100.64/10) ranges, and an IPv6 address that embeds a refused IPv4 one (IPv4-mapped
-    ``::ffff:127.0.0.1``, 6to4, Teredo, NAT64): a gateway would connect to the embedded one.
+    By the IANA special-purpose registries (``special_addresses``: loopback, private,
+    link-local, shared, documentation, benchmarking, SRv6, ... refused) and the IPv6
+    address space registry (only 2000::/3 is global unicast: the deprecated IPv4-compatible
+    ``::127.0.0.1``, IPv4-translated ``::ffff:0:7f00:1`` and site-local ``fec0::`` are not),
+    and by Python's own copy of them (``is_global``): either calling an address not
+    global refuses it. Multicast is refused. IPv4-mapped, NAT64 and 6to4 addresses are
+    judged by the IPv4 address they carry; Teredo (N/A in the registry) is refused.
     """
-    if not address.is_global or address.is_multicast:
-        return False
-    if any(address in net for net in _NOT_GLOBAL if net.version == address.version):
-        return False
     if isinstance(address, ipaddress.IPv6Address):
-        embedded: list[ipaddress.IPv4Address] = []
-        if address.ipv4_mapped is not None:
-            embedded.append(address.ipv4_mapped)
-        if address.sixtofour is not None:
-            embedded.append(address.sixtofour)
-        if address.teredo is not None:
-            embedded.extend(address.teredo)
-        if address in _NAT64:
-            embedded.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
-        return all(is_public_address(v4) for v4 in embedded)
-    return True
+        embedded = _embedded_ipv4(address)
+        if embedded is not None:
+            return is_public_address(embedded)
+    if address.is_multicast or not address.is_global:
+        return False
+    block = special_block(address)
+    if block is not None:
+        return block.globally_reachable is True
+    return address.version == 4 or address in IPV6_GLOBAL_UNICAST
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address a connection to ``address`` would reach, for the forms that have one."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address.sixtofour
 
 
 def any_address(address: Address) -> bool:

@@ -13,6 +13,7 @@ Runs on worker threads: each call opens its own file handle and resampler.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 from types import ModuleType
@@ -26,6 +27,9 @@ from ember.media.limits import MediaLimits
 FORMATS = frozenset({"WAV", "WAVEX", "RF64", "FLAC", "OGG"})  # libsndfile's major formats
 BLOCK_FRAMES = 65_536
 RESAMPLE_QUALITY = "HQ"  # soxr's default; VHQ is the only better one
+# libsndfile's SF_COUNT_MAX, its frame count for a header that does not say (a FLAC whose
+# STREAMINFO total_samples is 0, "unknown"): the capped read then finds the length.
+UNKNOWN_FRAMES = 2**63 - 1
 
 
 def decode_audio(data: bytes, index: int, sampling_rate: int, limits: MediaLimits) -> np.ndarray:
@@ -34,7 +38,7 @@ def decode_audio(data: bytes, index: int, sampling_rate: int, limits: MediaLimit
         raise ValueError(f"sampling_rate must be positive, got {sampling_rate}")
     soundfile, soxr = _libraries()
     try:
-        with soundfile.SoundFile(io.BytesIO(data)) as audio:
+        with _straight_reader(soundfile)(io.BytesIO(data)) as audio:
             if audio.format not in FORMATS:
                 raise BadRequest(
                     f"input {index}: audio format {audio.format} is not accepted "
@@ -42,7 +46,7 @@ def decode_audio(data: bytes, index: int, sampling_rate: int, limits: MediaLimit
                     param="input",
                 )
             rate = audio.samplerate
-            if audio.frames > limits.max_audio_seconds * rate:
+            if UNKNOWN_FRAMES > audio.frames > limits.max_audio_seconds * rate:
                 raise _too_long(index, audio.frames / rate, limits)
             samples = _read_mono(audio, math.floor(limits.max_audio_seconds * rate), index, limits)
     except EmberError:
@@ -84,6 +88,19 @@ def _too_long(index: int, seconds: float | None, limits: MediaLimits) -> BadRequ
         f"input {index}: the audio is {length} the {limits.max_audio_seconds:g} s accepted",
         param="input",
     )
+
+
+@functools.cache
+def _straight_reader(soundfile: ModuleType) -> type:
+    """soundfile's ``SoundFile``, read front to back without its seek after every read:
+    the decode never seeks, and on a FLAC of unknown length that seek fails at the end
+    ("Internal psf_fseek() failed") where the read itself succeeded."""
+
+    class StraightReader(soundfile.SoundFile):  # type: ignore[misc,name-defined]
+        def seekable(self) -> bool:
+            return False
+
+    return StraightReader
 
 
 def _libraries() -> tuple[ModuleType, ModuleType]:
