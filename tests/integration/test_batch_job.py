@@ -4,6 +4,7 @@ answers for the same body; a bad line gets its own error object and the job goes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import pytest
 
 from ember.config import settings_from_env
 from ember.engine import EngineArray
+from ember.errors import ConfigError
 from ember.jobs.batch import run_batch_job
 from tests.support import REPO, ServerProcess, child_env
 
@@ -218,11 +220,17 @@ async def test_rerank_and_score_lines_answer_as_their_routes(
         state = json.loads(checkpoint.read_text())
         done = len(written[0]) + len(written[1])
         state.update(lines_done=2, bytes=done, requests=2, errors=0, complete=False)
+        first_two = b"".join(batch.read_bytes().splitlines(keepends=True)[:2])
+        state["input_digest"] = hashlib.sha256(first_two).hexdigest()
         checkpoint.write_text(json.dumps(state))
         results.write_bytes(b"".join(written) + b'{"id": "batch_req_torn')
         with batch.open("a") as fh:
             fh.write(_request("cohere", "/score", {"text_1": "q", "text_2": "d"}) + "\n")
         resumed = await run_batch_job(engines, batch, results, **options)
+        # An input edited before the resume point (same size) is refused, saying so.
+        batch.write_text(batch.read_text().replace("a fruit", "a frUit", 1))
+        with pytest.raises(ConfigError, match=r"changed since .* its first 6 lines differ"):
+            await run_batch_job(engines, batch, results, **options)
     finally:
         await engines.stop()
     assert (summary.requests, summary.errors) == (len(requests), 1)

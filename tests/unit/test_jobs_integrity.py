@@ -209,3 +209,14 @@ def test_a_filesystem_without_locks_warns_and_runs(
     with hold_output(tmp_path / "out"):
         pass
     assert "cannot lock" in caplog.text and "would not be refused" in caplog.text
+
+
+def test_batch_results_files_lock_one_by_one(tmp_path: Path) -> None:
+    """A batch job locks its results file's own lock name: a second job on the same file is
+    refused, one writing another file in the same directory runs."""
+    with hold_output(tmp_path, f"{LOCK}.a.jsonl"):
+        with pytest.raises(ConfigError, match="being written by another job"):
+            with hold_output(tmp_path, f"{LOCK}.a.jsonl"):
+                pass
+        with hold_output(tmp_path, f"{LOCK}.b.jsonl"):
+            pass

@@ -24,6 +24,7 @@ after a kill at any instant every ``custom_id`` appears exactly once.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,7 @@ from ember.config import ServerSettings
 from ember.engine import EngineArray
 from ember.errors import BadRequest, ConfigError, EmberError, NotFound
 from ember.jobs.inputs import InputSpec
+from ember.jobs.lock import LOCK, hold_output
 from ember.jobs.runner import JobOptions, job_identity, job_settings
 from ember.jobs.shards import _atomic_write
 from ember.platform import dispatch_route
@@ -80,6 +83,7 @@ class BatchCheckpoint:
     requests: int = 0
     errors: int = 0
     complete: bool = False
+    input_digest: str = ""  # sha256 of the input lines consumed: a resume over an edit refused
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ class _Line:
     """One input line: where it is, its custom_id, and its result once known."""
 
     number: int  # 1-based, as editors count
+    raw: bytes = b""
     custom_id: Any = None
     task: asyncio.Future | None = None
     result: dict[str, Any] | None = None
@@ -239,6 +244,16 @@ def _input_lines(path: Path, start: int) -> Iterator[tuple[int, bytes]]:
                 yield number, raw
 
 
+def _prefix_digest(path: Path, stop: int) -> Any:
+    """A sha256 over the first ``stop`` input lines, to go on with as lines are consumed."""
+    digest = hashlib.sha256()
+    for number, raw in _input_lines(path, 0):
+        if number > stop:
+            break
+        digest.update(raw)
+    return digest
+
+
 def _seen_ids(path: Path, stop: int) -> set[str]:
     """The custom_ids of the lines a resumed job already answered: a repeat after the
     resume point is still refused."""
@@ -272,6 +287,13 @@ async def run_batch_job(
 
     results = ResultsFile(output)
     checkpoint = results.open(job, overwrite=overwrite)
+    digest = _prefix_digest(source, checkpoint.lines_done)
+    if checkpoint.lines_done and digest.hexdigest() != checkpoint.input_digest:
+        raise ConfigError(
+            f"{source} changed since {output} was started: its first {checkpoint.lines_done} "
+            "lines differ from the ones answered; write to a new --output, or pass --overwrite "
+            "to start again"
+        )
     resumed = checkpoint.requests
     if checkpoint.complete:
         log.info("%s is complete (%d requests); nothing to do", output, resumed)
@@ -286,7 +308,7 @@ async def run_batch_job(
     started = time.perf_counter()
 
     def start(number: int, raw: bytes) -> _Line:
-        line = _Line(number)
+        line = _Line(number, raw)
         try:
             line.custom_id, url, body = parse_line(raw, number, seen)
             line.weight = _weight(body)
@@ -324,7 +346,7 @@ async def run_batch_job(
                     break
                 number, raw = nxt
                 # A blank line answers nothing; its placeholder keeps ``consumed`` in order.
-                line = start(number, raw) if raw.strip() else _Line(number, result={})
+                line = start(number, raw) if raw.strip() else _Line(number, raw, result={})
                 window.append(line)
                 queued += line.weight if line.task is not None else 0
             if not window:
@@ -334,6 +356,8 @@ async def run_batch_job(
             if line.task is not None:
                 queued -= line.weight
             consumed = line.number
+            digest.update(line.raw)
+            checkpoint.input_digest = digest.hexdigest()
             if result:  # a blank line's placeholder answers nothing
                 pending.append(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
                 checkpoint.requests += 1
@@ -399,16 +423,18 @@ def run_batch_file(
     tuned = job_settings(settings, JobOptions(output=output, in_flight=in_flight))
     # A line alone may queue a whole request (rerank: its documents and its query).
     tuned = tuned.model_copy(update={"max_queue_size": str(in_flight + limit + 1)})
-    return asyncio.run(
-        _run(
-            tuned,
-            source,
-            output,
-            job=job,
-            in_flight=in_flight,
-            commit_lines=commit_lines,
-            max_client_batch_size=limit,
-            overwrite=overwrite,
-            progress=progress,
-        )
+    run = partial(
+        _run,
+        tuned,
+        source,
+        output,
+        job=job,
+        in_flight=in_flight,
+        commit_lines=commit_lines,
+        max_client_batch_size=limit,
+        overwrite=overwrite,
+        progress=progress,
     )
+    # One job per results file, as per corpus output directory (ember.jobs.lock).
+    with hold_output(output.parent, f"{LOCK}.{output.name}"):
+        return asyncio.run(run())

@@ -23,10 +23,11 @@ log = logging.getLogger(__name__)
 
 
 @contextmanager
-def hold_output(directory: Path) -> Iterator[None]:
-    """Hold ``directory`` (created if needed) for this process, or refuse at once."""
+def hold_output(directory: Path, name: str = LOCK) -> Iterator[None]:
+    """Hold ``directory`` (created if needed) for this process, or refuse at once; ``name``
+    is the lock file's (a batch job's is its results file's, so two in one directory run)."""
     directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(directory / name, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
