@@ -21,6 +21,7 @@ from starlette.datastructures import State
 import ember
 from ember.api import operations as ops
 from ember.api import responses as r
+from ember.api.docs import install_docs
 from ember.api.errors import client_gone_response, error_response, install_error_handlers
 from ember.api.fastpath import ModelRouteFastPath
 from ember.api.middleware import (
@@ -213,7 +214,10 @@ def create_app(
         summary="Embeddings, reranking and classification: OpenAI-, Cohere- and TEI-compatible.",
         lifespan=lifespan,
         responses=r.error_responses(r.CONNECTION_ERRORS),  # every route: a route's own win
+        docs_url=None,  # install_docs: the same pages, with no CDN
+        redoc_url=None,
     )
+    install_docs(app)
     app.state.settings = settings
     app.state.engines = engines
     app.state.metrics = engines.metrics

@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from ember.api.docs import DOCS_PATHS
 from ember.api.errors import ember_error_response
 from ember.errors import EmberError, PayloadTooLarge, Unauthorized
 from ember.metrics import Metrics
@@ -21,22 +22,19 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Paths the API key does not guard, for reading only (GET and HEAD): probes, metrics and
-# the docs. Every other method on them needs the key: ``/`` is also TEI's ``POST /`` model
-# route. An adapter that adds a probe of its own declares it (``create_app(open_paths=...)``).
+# the docs with their assets. Every other method on them needs the key: ``/`` is also TEI's
+# ``POST /`` model route. An adapter that adds a probe of its own declares it (``create_app(open_paths=...)``).
 OPEN_METHODS = frozenset({"GET", "HEAD"})
 OPEN_PATHS = frozenset(
     {
         "/health",
         "/ready",
         "/metrics",
-        "/docs",
-        "/redoc",
         "/openapi.json",
-        "/docs/oauth2-redirect",
         "/",
         "/favicon.ico",
     }
-)
+) | DOCS_PATHS
 
 
 def route_path(scope: Scope) -> str:
