@@ -23,7 +23,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Paths the API key does not guard, for reading only (GET and HEAD): probes, metrics and
 # the docs with their assets. Every other method on them needs the key: ``/`` is also TEI's
-# ``POST /`` model route. An adapter that adds a probe of its own declares it (``create_app(open_paths=...)``).
+# ``POST /`` model route. An adapter that adds a probe of its own declares it
+# (``create_app(open_paths=...)``).
 OPEN_METHODS = frozenset({"GET", "HEAD"})
 OPEN_PATHS = frozenset(
     {
