@@ -34,8 +34,9 @@ OPEN_PATHS = frozenset(
         "/openapi.json",
         "/",
         "/favicon.ico",
+        *DOCS_PATHS,
     }
-) | DOCS_PATHS
+)
 
 
 def route_path(scope: Scope) -> str:
