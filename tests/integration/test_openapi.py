@@ -26,6 +26,11 @@ GETS = {
 MORE_BODIES: list[tuple[str, dict[str, Any]]] = [
     ("/rerank", {"model": "reranker", "query": "q", "documents": [{"text": "a"}, "b"]}),
     (
+        "/rerank",
+        {"model": "reranker", "query": "q", "documents": ["a", "b"], "return_documents": True},
+    ),
+    ("/rerank", {"model": "reranker", "query": "q", "texts": ["a", "b"], "top_n": 1}),
+    (
         "/v1/rerank",
         {"model": "reranker", "query": "q", "documents": ["a", "b"], "return_documents": True},
     ),
