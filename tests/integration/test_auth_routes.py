@@ -23,6 +23,7 @@ from tests.conftest import API_KEY
 DOCUMENTED_OPEN = {
     "/",  # GET only: it redirects to the docs; ``POST /`` is TEI's model route
     "/health",
+    "/livez",
     "/ready",
     "/metrics",
     "/docs",

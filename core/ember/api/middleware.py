@@ -26,9 +26,11 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # ``POST /`` model route. An adapter that adds a probe of its own declares it
 # (``create_app(open_paths=...)``).
 OPEN_METHODS = frozenset({"GET", "HEAD"})
+LIVENESS = "/livez"  # Kubernetes' and BentoML's name for the liveness probe
 OPEN_PATHS = frozenset(
     {
         "/health",
+        LIVENESS,
         "/ready",
         "/metrics",
         "/openapi.json",

@@ -335,6 +335,17 @@ class HealthResponse(BaseModel):
     unix: float = Field(description="The server's clock (Infinity's health answer).")
 
 
+class HealthNotReady(BaseModel):
+    status: Literal["loading", "failed"] = Field(
+        description="loading: a model is still loading or warming up; failed: one failed "
+        "to load (the log and /ready say why)."
+    )
+
+
+class LiveResponse(BaseModel):
+    status: Literal["alive"]
+
+
 class ReadyResponse(BaseModel):
     status: Literal["ready"]
     models: list[str]
