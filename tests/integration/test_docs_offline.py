@@ -19,6 +19,8 @@ from urllib.parse import urljoin
 import httpx
 import pytest
 
+from ember.api.app import create_app
+from ember.config import settings_from_env
 from tests.support import ServerProcess
 
 
@@ -54,6 +56,17 @@ def test_pages_load_only_from_this_server(server: ServerProcess, page: str) -> N
     assert "fonts.googleapis" not in answer.text and "cdn." not in answer.text
     # and what the bundles themselves link off-host (ReDoc's footer logo) is never asked for
     assert "default-src 'self'" in answer.headers["content-security-policy"]
+
+
+@pytest.mark.asyncio
+async def test_pages_link_through_a_proxy_root_path(minilm_path: Path) -> None:
+    """Behind --proxy-root-path the assets and the schema are linked under it."""
+    app = create_app(settings_from_env(model_id=str(minilm_path)))
+    transport = httpx.ASGITransport(app=app, root_path="/proxy")  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        for page in ("/docs", "/redoc"):
+            urls = _page_urls((await client.get(f"/proxy{page}")).text)
+            assert urls and all(url.startswith("/proxy/") for url in urls), urls
 
 
 def _chromium() -> str | None:

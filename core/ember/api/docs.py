@@ -48,8 +48,13 @@ def _asset_dir() -> Path:
     return Path(str(files("fastapi_offline") / "static"))
 
 
+def _rooted(request: Request, path: str) -> str:
+    """``path`` as the browser must ask for it: under a reverse proxy's root path."""
+    return f"{request.scope.get('root_path', '')}{path}"
+
+
 def _asset(request: Request, name: str) -> str:
-    return f"{request.scope.get('root_path', '')}{ASSET_ROOT}/{name}"
+    return _rooted(request, f"{ASSET_ROOT}/{name}")
 
 
 def install_docs(app: FastAPI) -> None:
@@ -60,19 +65,18 @@ def install_docs(app: FastAPI) -> None:
     if missing:  # a fastapi-offline release that renamed its files: say so at start
         raise RuntimeError(f"fastapi-offline has no {', '.join(missing)} in {directory}")
 
-    def openapi_url(request: Request) -> str:
-        return f"{request.scope.get('root_path', '')}{app.openapi_url}"
+    schema = app.openapi_url or "/openapi.json"
 
     @app.get(DOCS, include_in_schema=False)
     async def swagger_ui(request: Request) -> HTMLResponse:
         return _same_origin(
             get_swagger_ui_html(
-                openapi_url=openapi_url(request),
+                openapi_url=_rooted(request, schema),
                 title=f"{app.title} - Swagger UI",
                 swagger_js_url=_asset(request, "swagger-ui-bundle.js"),
                 swagger_css_url=_asset(request, "swagger-ui.css"),
                 swagger_favicon_url=_asset(request, "favicon.png"),
-                oauth2_redirect_url=f"{request.scope.get('root_path', '')}{OAUTH2_REDIRECT}",
+                oauth2_redirect_url=_rooted(request, OAUTH2_REDIRECT),
                 swagger_ui_parameters={**(app.swagger_ui_parameters or {}), "validatorUrl": None},
             )
         )
@@ -85,7 +89,7 @@ def install_docs(app: FastAPI) -> None:
     async def redoc(request: Request) -> HTMLResponse:
         return _same_origin(
             get_redoc_html(
-                openapi_url=openapi_url(request),
+                openapi_url=_rooted(request, schema),
                 title=f"{app.title} - ReDoc",
                 redoc_js_url=_asset(request, "redoc.standalone.js"),
                 redoc_favicon_url=_asset(request, "favicon.png"),
