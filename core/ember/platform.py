@@ -117,8 +117,8 @@ def invocation_route(engines: EngineArray, payload: Any) -> str:
     what the named model (or, unnamed, the served models) can do."""
     if not isinstance(payload, dict):
         raise BadRequest("the body must be a JSON object")
-    if "query" in payload:
-        return "/rerank"  # Cohere (documents) and TEI (texts) both live there
+    if "query" in payload:  # TEI's body (texts) on TEI's route; else Cohere's answer
+        return "/rerank" if "texts" in payload else "/v1/rerank"
     if "texts" in payload:
         return "/v2/embed"  # Cohere's embed
     if "input" in payload or "inputs" in payload:

@@ -23,12 +23,18 @@ from tests.conftest import API_KEY
 DOCUMENTED_OPEN = {
     "/",  # GET only: it redirects to the docs; ``POST /`` is TEI's model route
     "/health",
+    "/livez",
     "/ready",
     "/metrics",
     "/docs",
     "/redoc",
     "/openapi.json",
     "/docs/oauth2-redirect",
+    # the docs pages' own assets, served by Ember (no CDN)
+    "/docs/assets/swagger-ui-bundle.js",
+    "/docs/assets/swagger-ui.css",
+    "/docs/assets/redoc.standalone.js",
+    "/docs/assets/favicon.png",
 }
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 KEY = {"Authorization": f"Bearer {API_KEY}"}

@@ -203,7 +203,9 @@ def test_client_every_route_with_key_at_root_and_prefix(
 
         ranked = rerank.sync(
             client=client,
-            body=RerankInput(query=QUERY, documents=DOCS, model="reranker", top_n=2),
+            body=RerankInput(
+                query=QUERY, documents=DOCS, model="reranker", top_n=2, return_documents=True
+            ),
         )
         assert isinstance(ranked, ReRankResult)
         assert ranked.object_ == "rerank" and ranked.id and ranked.created > 0
@@ -212,6 +214,10 @@ def test_client_every_route_with_key_at_root_and_prefix(
         assert [(r.index, r.relevance_score) for r in ranked.results] == [
             (r["index"], r["relevance_score"]) for r in want
         ]
+        # Infinity's answer on /rerank: the document itself. Under --url-prefix /v1,
+        # /v1/rerank is Cohere's route and Cohere's shape wins there (README).
+        for r in ranked.results:
+            assert r.document == (DOCS[r.index] if base == "" else {"text": DOCS[r.index]})
 
         labels = classify.sync(client=client, body=ClassifyInput(input_=TEXTS, model="classifier"))
         assert isinstance(labels, ClassifyResult) and labels.object_ == "classify"
@@ -263,7 +269,12 @@ def test_infinity_variables_alone(
             ("tiny-reranker", "onnx", 4),
         ]
         body = {"model": "tiny-reranker", "query": QUERY, "documents": DOCS}
-        assert len(client.post("/infinity/rerank", json=body).json()["results"]) == 3
+        results = client.post("/infinity/rerank", json=body).json()["results"]
+        assert len(results) == 3 and [r["document"] for r in results] == [None] * 3
+        body = {**body, "return_documents": True, "top_n": 2}
+        results = client.post("/infinity/rerank", json=body).json()["results"]
+        assert [r["document"] for r in results] == [DOCS[r["index"]] for r in results]
+        assert len(results) == 2
         body = {"model": "minilm", "input": TEXTS, "dimensions": 0, "modality": "text"}
         vectors = [
             v["embedding"] for v in client.post("/infinity/embeddings", json=body).json()["data"]

@@ -19,12 +19,18 @@ ERROR_REF = "#/components/schemas/ErrorResponse"
 GETS = {
     "/v1/models": (r.ModelsResponse, {401}),
     "/info": (r.InfoResponse, {401}),
-    "/health": (r.HealthResponse, {503}),
     "/ready": (r.ReadyResponse, {503}),
 }
+# Probes whose not-ready answer is a status of their own, not the error shape.
+PROBES = {"/health": (r.HealthResponse, {503: r.HealthNotReady}), "/livez": (r.LiveResponse, {})}
 # Bodies past BODIES: the other shapes a route answers.
 MORE_BODIES: list[tuple[str, dict[str, Any]]] = [
     ("/rerank", {"model": "reranker", "query": "q", "documents": [{"text": "a"}, "b"]}),
+    (
+        "/rerank",
+        {"model": "reranker", "query": "q", "documents": ["a", "b"], "return_documents": True},
+    ),
+    ("/rerank", {"model": "reranker", "query": "q", "texts": ["a", "b"], "top_n": 1}),
     (
         "/v1/rerank",
         {"model": "reranker", "query": "q", "documents": ["a", "b"], "return_documents": True},
@@ -74,6 +80,12 @@ def test_every_route_lists_its_statuses_with_the_error_shape() -> None:
             assert responses[str(status)]["content"]["application/json"]["schema"] == {
                 "$ref": ERROR_REF
             }
+    for path, (_, others) in PROBES.items():
+        responses = spec["paths"][path]["get"]["responses"]
+        assert set(responses) == {"200", *map(str, others), *map(str, r.CONNECTION_ERRORS)}
+        for status, model in others.items():
+            schema = responses[str(status)]["content"]["application/json"]["schema"]
+            assert schema == {"$ref": f"#/components/schemas/{model.__name__}"}, path
     metrics = spec["paths"]["/metrics"]["get"]["responses"]
     assert set(metrics) == {"200", *map(str, r.CONNECTION_ERRORS)}
     assert list(metrics["200"]["content"]) == ["text/plain"]
@@ -100,7 +112,7 @@ async def test_documented_models_fit_real_answers(engines: Any) -> None:  # noqa
             assert answer.status_code == 200, (path, answer.text)
             adapter = TypeAdapter(ROUTES_BY_PATH[path].answer)
             assert _documented(adapter, answer.json()) == answer.json(), (path, body)
-        for path, (model, _) in GETS.items():
+        for path, (model, _) in {**GETS, **PROBES}.items():
             answer = await c.get(path)
             assert answer.status_code == 200, path
             assert _documented(TypeAdapter(model), answer.json()) == answer.json(), path

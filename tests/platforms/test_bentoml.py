@@ -56,17 +56,18 @@ def reference(models_env: dict[str, str]) -> dict[str, np.ndarray]:
 def server(
     models_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[object, list[tuple[int, int]]]]:
-    """A running `bentoml serve`, plus the (/readyz, /ready) pairs seen while it loaded."""
+    """A running `bentoml serve`, plus the (/readyz, /ready, /health) seen while it loaded."""
     home = tmp_path_factory.mktemp("bentoml-home")
     with bentoml_serve(child_env(models_env, home), home / "serve.log") as srv:
-        seen: list[tuple[int, int]] = []
+        seen: list[tuple[int, int, int]] = []
         deadline = time.monotonic() + 240
         while True:
             if srv.process.poll() is not None:
                 pytest.fail(f"bentoml serve exited:\n{srv.log()}")
             readyz = httpx.get(srv.url + "/readyz", timeout=10).status_code
             core_ready = httpx.get(srv.url + "/ready", timeout=10).status_code
-            seen.append((readyz, core_ready))
+            core_health = httpx.get(srv.url + "/health", timeout=10).status_code
+            seen.append((readyz, core_ready, core_health))
             if readyz == 200:
                 break
             if time.monotonic() > deadline:
@@ -81,10 +82,11 @@ def test_readyz_turns_ready_only_after_load_and_warm_up(server: tuple) -> None:
     # Readiness only ever goes from not-ready to ready, and /ready (asked right after
     # /readyz) is the core's own word on whether every model is loaded and warmed:
     # a /readyz 200 followed by a core 503 would mean BentoML routed traffic too early.
-    for readyz, core_ready in seen:
+    # /health, asked after them, is the same readiness.
+    for readyz, core_ready, core_health in seen:
         assert readyz in (200, 503), seen
         if readyz == 200:
-            assert core_ready == 200, seen
+            assert core_ready == 200 and core_health == 200, seen
     with srv.client() as client:
         assert client.get("/livez").status_code == 200
         assert client.get("/ready").json()["models"] == ["minilm", "reranker"]

@@ -257,6 +257,9 @@ async def test_ping_is_503_until_models_are_loaded(minilm_path: Path) -> None:
         ping = await client.get("/ping")
         assert ping.status_code == 503
         assert ping.json()["error"]["type"] == "service_unavailable"
+        # /ping is readiness, as the core's /health is; /livez is alive all along
+        assert (await client.get("/health")).json() == {"status": "loading"}
+        assert (await client.get("/livez")).status_code == 200
         # /invocations is routed, not 404, even while loading
         resp = await client.post("/invocations", content=b"x", headers={"Content-Type": "a/b"})
         assert resp.status_code == 415

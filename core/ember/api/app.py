@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import Body, FastAPI, Request
@@ -21,9 +21,11 @@ from starlette.datastructures import State
 import ember
 from ember.api import operations as ops
 from ember.api import responses as r
+from ember.api.docs import install_docs
 from ember.api.errors import client_gone_response, error_response, install_error_handlers
 from ember.api.fastpath import ModelRouteFastPath
 from ember.api.middleware import (
+    LIVENESS,
     OPEN_PATHS,
     ASGIApp,
     EdgeMiddleware,
@@ -144,6 +146,22 @@ class EmberApp(FastAPI):
         """FastAPI's own handling: middleware, routing, validation, error handlers."""
         await super().__call__(scope, receive, send)
 
+    def load_state(self) -> Literal["ok", "loading", "failed"]:
+        """Whether every model is loaded and warmed (ok), still on its way, or failed."""
+        if self.state.load_error is not None:
+            return "failed"
+        return "ok" if self.state.engines.ready else "loading"
+
+    def health(self) -> Response:
+        """What ``/health`` answers: readiness as Infinity, TEI and vLLM mean it (they only
+        listen once the model is up, so deployments probe ``/health`` before sending
+        traffic): 200 ``{"status": "ok", "unix"}`` once every model is loaded and warmed,
+        else 503 ``{"status": "loading" | "failed"}``."""
+        state = self.load_state()
+        if state == "ok":
+            return _json({"status": "ok", "unix": time.time()})
+        return _json({"status": state}, 503)
+
     def readiness(self) -> Response:
         """What ``/ready`` answers: 200 once every model is loaded and warmed, else 503
         naming what still loads or why loading failed. A platform's own probe (SageMaker's
@@ -172,8 +190,9 @@ def create_app(
     on_load_failure: Callable[[BaseException], None] | None = None,
     open_paths: Iterable[str] = (),
 ) -> EmberApp:
-    """Build the HTTP app. Models load in the background so /health answers at once;
-    /ready turns 200 once every model is loaded and warmed.
+    """Build the HTTP app. Models load in the background, so the server listens at once:
+    /livez answers 200 from the start, /health and /ready turn 200 once every model is
+    loaded and warmed.
 
     ``open_paths``: paths an adapter adds (a platform's health probe) that, like
     /health and /ready, answer without the API key.
@@ -213,7 +232,10 @@ def create_app(
         summary="Embeddings, reranking and classification: OpenAI-, Cohere- and TEI-compatible.",
         lifespan=lifespan,
         responses=r.error_responses(r.CONNECTION_ERRORS),  # every route: a route's own win
+        docs_url=None,  # install_docs: the same pages, with no CDN
+        redoc_url=None,
     )
+    install_docs(app)
     app.state.settings = settings
     app.state.engines = engines
     app.state.metrics = engines.metrics
@@ -266,14 +288,25 @@ def create_app(
     @app.get(
         "/health",
         tags=["Operations"],
-        summary="Alive (200) unless loading failed",
+        summary="Readiness: 200 once every model is loaded and warm (as on Infinity, TEI, vLLM)",
         response_class=Response,
-        responses={200: {"model": r.HealthResponse, "description": "Alive"}, **down},
+        responses={
+            200: {"model": r.HealthResponse, "description": "Every model loaded and warm"},
+            503: {"model": r.HealthNotReady, "description": "Loading, or loading failed"},
+        },
     )
     async def health() -> Response:
-        if app.state.load_error is not None:
-            return _load_failed(app.state.load_error)
-        return _json({"status": "ok", "unix": time.time()})
+        return app.health()
+
+    @app.get(
+        LIVENESS,
+        tags=["Operations"],
+        summary="Liveness: 200 while the process serves, whatever the models do",
+        response_class=Response,
+        responses={200: {"model": r.LiveResponse, "description": "Serving"}},
+    )
+    async def livez() -> Response:
+        return _json({"status": "alive"})
 
     @app.get(
         "/ready",

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from ember.api.docs import DOCS_PATHS
 from ember.api.errors import ember_error_response
 from ember.errors import EmberError, PayloadTooLarge, Unauthorized, error_body
 from ember.metrics import Metrics
@@ -23,20 +24,21 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Paths the API key does not guard, for reading only (GET and HEAD): probes, metrics and
-# the docs. Every other method on them needs the key: ``/`` is also TEI's ``POST /`` model
-# route. An adapter that adds a probe of its own declares it (``create_app(open_paths=...)``).
+# the docs with their assets. Every other method on them needs the key: ``/`` is also TEI's
+# ``POST /`` model route. An adapter that adds a probe of its own declares it
+# (``create_app(open_paths=...)``).
 OPEN_METHODS = frozenset({"GET", "HEAD"})
+LIVENESS = "/livez"  # Kubernetes' and BentoML's name for the liveness probe
 OPEN_PATHS = frozenset(
     {
         "/health",
+        LIVENESS,
         "/ready",
         "/metrics",
-        "/docs",
-        "/redoc",
         "/openapi.json",
-        "/docs/oauth2-redirect",
         "/",
         "/favicon.ico",
+        *DOCS_PATHS,
     }
 )
 

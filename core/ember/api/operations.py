@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -235,7 +236,39 @@ async def tei_embed_all(engines: EngineArray, body: s.TEIEmbedOutputRequest, lim
     return Reply(result.outputs, result.timings)
 
 
+def best_first(scores: np.ndarray, top_n: int | None) -> np.ndarray:
+    """Indices by descending score (ties keep input order), cut to ``top_n`` if given."""
+    return np.argsort(-scores, kind="stable")[:top_n]
+
+
 async def cohere_rerank(engines: EngineArray, body: s.RerankRequest, limit: int) -> Reply:
+    """Cohere's answer (``/v1/rerank``, ``/v2/rerank``): ``document`` is ``{"text": ...}``,
+    there only with ``return_documents``, as the Cohere SDKs read it."""
+    return await _rerank(engines, body, limit, cohere_document)
+
+
+async def infinity_rerank(engines: EngineArray, body: s.RerankRequest, limit: int) -> Reply:
+    """Infinity's answer on its ``/rerank``: ``document`` is the document string, null
+    without ``return_documents`` (Infinity's clients, LiteLLM's ``infinity/``, read a
+    string there)."""
+    return await _rerank(engines, body, limit, infinity_document)
+
+
+def cohere_document(text: str | None) -> dict[str, Any]:
+    return {} if text is None else {"document": {"text": text}}
+
+
+def infinity_document(text: str | None) -> dict[str, Any]:
+    return {"document": text}
+
+
+async def _rerank(
+    engines: EngineArray,
+    body: s.RerankRequest,
+    limit: int,
+    document: Callable[[str | None], dict[str, Any]],
+) -> Reply:
+    """The best ``top_n`` documents first; ``document`` says how a result carries its text."""
     docs = [d if isinstance(d, str) else d.text for d in body.documents]
     check_batch(len(docs), limit, "documents")
     engine = engines.for_task(body.model, "rerank")
@@ -247,13 +280,14 @@ async def cohere_rerank(engines: EngineArray, body: s.RerankRequest, limit: int)
         modality=body.modality,
         instruction=body.instruction,
     )
-    order = np.argsort(-result.outputs, kind="stable")[: body.top_n]
-    results = []
-    for i in order:
-        item: dict[str, Any] = {"index": int(i), "relevance_score": float(result.outputs[i])}
-        if body.return_documents:
-            item["document"] = {"text": docs[i]}
-        results.append(item)
+    results = [
+        {
+            "index": int(i),
+            "relevance_score": float(result.outputs[i]),
+            **document(docs[i] if body.return_documents else None),
+        }
+        for i in best_first(result.outputs, body.top_n)
+    ]
     return Reply(
         _envelope("rerank", "results", results, engine.name, result.prompt_tokens), result.timings
     )
@@ -269,9 +303,8 @@ async def tei_rerank(engines: EngineArray, body: s.TEIRerankRequest, limit: int)
         truncate=body.truncate,
         instruction=body.instruction,
     )
-    order = np.argsort(-result.outputs, kind="stable")
     ranked = []
-    for i in order:
+    for i in best_first(result.outputs, body.top_n):
         item: dict[str, Any] = {"index": int(i), "score": float(result.outputs[i])}
         if body.return_text:
             item["text"] = body.texts[i]

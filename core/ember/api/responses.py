@@ -140,6 +140,18 @@ class RerankResponse(BaseModel):
     created: int
 
 
+class InfinityRerankResult(BaseModel):
+    index: int
+    relevance_score: float
+    document: str | None = Field(description="The document; null without `return_documents`.")
+
+
+class InfinityRerankResponse(RerankResponse):
+    """Infinity's answer on its ``/rerank``: Cohere's envelope, ``document`` a string."""
+
+    results: list[InfinityRerankResult]  # type: ignore[assignment]
+
+
 class LabelScore(BaseModel):
     label: str
     score: float
@@ -241,8 +253,8 @@ class SimilarityResponse(RootModel[list[float]]):
     """The cosine of the source sentence to each sentence."""
 
 
-class AnyRerankResponse(RootModel[RerankResponse | list[TEIRank]]):
-    """Cohere's envelope for a ``documents`` body, TEI's list for a ``texts`` body."""
+class AnyRerankResponse(RootModel[InfinityRerankResponse | list[TEIRank]]):
+    """Infinity's answer for a ``documents`` body, TEI's list for a ``texts`` body."""
 
 
 class RootResponse(
@@ -324,6 +336,17 @@ class InfoResponse(BaseModel):
 class HealthResponse(BaseModel):
     status: Literal["ok"]
     unix: float = Field(description="The server's clock (Infinity's health answer).")
+
+
+class HealthNotReady(BaseModel):
+    status: Literal["loading", "failed"] = Field(
+        description="loading: a model is still loading or warming up; failed: one failed "
+        "to load (the log and /ready say why)."
+    )
+
+
+class LiveResponse(BaseModel):
+    status: Literal["alive"]
 
 
 class ReadyResponse(BaseModel):

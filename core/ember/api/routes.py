@@ -33,10 +33,11 @@ AnyRerankRequest = Annotated[
 
 
 async def rerank_either(engines: EngineArray, body: Any, limit: int) -> ops.Reply:
-    """``/rerank`` serves Cohere's body (``documents``) and TEI's (``texts``)."""
+    """``/rerank`` is Infinity's route and TEI's: Infinity's body (``documents``, Cohere's
+    fields) gets Infinity's answer, TEI's (``texts``) TEI's."""
     if isinstance(body, s.TEIRerankRequest):
         return await ops.tei_rerank(engines, body, limit)
-    return await ops.cohere_rerank(engines, body, limit)
+    return await ops.infinity_rerank(engines, body, limit)
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,8 @@ ROUTES = (
         ("/rerank",),
         AnyRerankRequest,
         rerank_either,
-        "Rerank: Cohere body (`documents`) or TEI body (`texts`)",
-        "Cohere / TEI",
+        "Rerank: Infinity's body and answer (`documents`; `document` a string) or TEI's (`texts`)",
+        "Infinity / TEI",
         r.AnyRerankResponse,
     ),
     ModelRoute(

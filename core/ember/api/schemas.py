@@ -95,7 +95,7 @@ class RerankDocument(_Body):
 
 
 class RerankRequest(_Body):
-    """Cohere-compatible ``POST /v1/rerank`` (also ``/v2/rerank``, ``/rerank``)."""
+    """Cohere's ``POST /v1/rerank`` and ``/v2/rerank`` body, and Infinity's ``/rerank``."""
 
     query: NonEmptyText
     documents: Annotated[list[NonEmptyText | RerankDocument], Field(min_length=1)]
@@ -117,6 +117,9 @@ class TEIRerankRequest(_Body):
 
     query: NonEmptyText
     texts: Annotated[list[NonEmptyText], Field(min_length=1)]
+    top_n: StrictInt | None = Field(
+        None, ge=1, description="Return only the best N (LiteLLM's huggingface/ sends it)."
+    )
     return_text: StrictBool = False
     raw_scores: StrictBool = False
     truncate: StrictBool = True
