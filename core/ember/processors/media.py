@@ -25,6 +25,7 @@ import numpy as np
 from ember.backends.base import FeatureBatch
 from ember.capabilities import Modality
 from ember.errors import BadRequest, ConfigError, MissingDependency
+from ember.media.budget import DecodeGuard, MediaBudget
 from ember.media.limits import MediaLimits
 from ember.models.spec import ResolvedModel
 from ember.processors.text import Direction
@@ -168,12 +169,21 @@ class MediaProcessor:
         return list(self.tokenizer.batch_decode(ids, skip_special_tokens=skip_special_tokens))
 
     # ---- media -----------------------------------------------------------------------------
-    def image(self, data: bytes, index: int) -> Features:
-        """Decode and preprocess one image (on a worker thread)."""
-        from ember.media import decode_image
+    def image(
+        self,
+        data: bytes,
+        index: int,
+        guard: DecodeGuard | None = None,
+        budget: MediaBudget | None = None,
+    ) -> Features:
+        """Decode and preprocess one image (on a worker thread), its pixels held in the
+        server's decode budget until the processor has resized them."""
+        from ember.media.image import decoding_image
 
-        image = decode_image(data, index, self.limits)
-        return self.image_features(image, index)
+        with decoding_image(data, index, self.limits, guard, budget) as image:
+            if guard is not None:
+                guard.check()
+            return self.image_features(image, index)
 
     def image_features(self, image: Any, index: int = 0) -> Features:
         try:
@@ -187,11 +197,20 @@ class MediaProcessor:
             ) from None
         return self._features("image", self._arrays(raw))
 
-    def audio(self, data: bytes, index: int) -> Features:
-        """Decode, resample and featurise one clip (on a worker thread)."""
+    def audio(
+        self,
+        data: bytes,
+        index: int,
+        guard: DecodeGuard | None = None,
+        budget: MediaBudget | None = None,
+    ) -> Features:
+        """Decode, resample and featurise one clip (on a worker thread); a clip is bounded
+        by ``max_audio_seconds``, so it takes no share of the pixel budget."""
         from ember.media import decode_audio
 
-        clip = decode_audio(data, index, self.sampling_rate, self.limits)
+        clip = decode_audio(data, index, self.sampling_rate, self.limits, guard)
+        if guard is not None:
+            guard.check()
         return self.audio_features(clip, index)
 
     def audio_features(self, clip: np.ndarray, index: int = 0) -> Features:
