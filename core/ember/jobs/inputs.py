@@ -34,6 +34,11 @@ SUFFIXES: dict[str, Format] = {
 }
 # Parquet is read a record batch at a time: bounded memory whatever the file's size.
 PARQUET_BATCH_ROWS = 4096
+# A line (text, JSON Lines) longer than this is refused, not read whole: a model uses a few
+# thousand characters of a text (longer ones are cut before tokenising), and a file of one
+# endless line would otherwise be read into memory at once. CSV has its own bound
+# (``csv.field_size_limit``).
+MAX_ROW_BYTES = 16 * 1024 * 1024
 Row = tuple[Any, str]
 
 
@@ -110,10 +115,23 @@ class InputSpec:
             if self.format == "csv":
                 text = io.TextIOWrapper(fh, encoding="utf-8", newline="")
                 reader = csv.DictReader(text)
-                self._check_columns(reader.fieldnames or [])
-                yield from reader
+                try:
+                    self._check_columns(reader.fieldnames or [])
+                    yield from reader
+                except csv.Error as exc:  # a field over csv.field_size_limit, a bad quote
+                    raise BadRequest(
+                        f"record {reader.line_num} of {self.path.name}: {exc}"
+                    ) from None
                 return
-            for line in fh:
+            for number in itertools.count(1):
+                line = fh.readline(MAX_ROW_BYTES + 1)
+                if not line:
+                    return
+                if len(line) > MAX_ROW_BYTES:
+                    raise BadRequest(
+                        f"line {number} of {self.path.name} is longer than the "
+                        f"{MAX_ROW_BYTES:,} bytes a row may take"
+                    )
                 if self.format == "jsonl" and not line.strip():
                     continue  # blank lines separate nothing in JSON Lines
                 yield line
