@@ -244,9 +244,9 @@ class ServerSettings(BaseSettings):
         "header (a shortest-edge resize keeps it); larger gets 400.",
     )
     max_decoding_pixels: int = Field(
-        80_000_000,
-        description="Pixels of images being decoded at once, server-wide (at least "
-        "--max-image-pixels); an image waits for room within the request's deadline.",
+        40_000_000,
+        description="Pixels of images being decoded at once, server-wide (a larger image "
+        "takes all of it); an image waits for room within the request's deadline.",
     )
     max_audio_seconds: float = Field(
         60.0, description="Longest audio clip in seconds; longer gets 400."
@@ -356,11 +356,6 @@ class ServerSettings(BaseSettings):
                 raise ConfigError(f"{flag(name)} must be positive, got {getattr(self, name)}")
         if self.max_image_aspect < 1:
             raise ConfigError(f"--max-image-aspect must be >= 1, got {self.max_image_aspect}")
-        if self.max_decoding_pixels < self.max_image_pixels:
-            raise ConfigError(
-                f"--max-decoding-pixels ({self.max_decoding_pixels}) must be at least "
-                f"--max-image-pixels ({self.max_image_pixels})"
-            )
         return MediaLimits.from_settings(self)
 
 

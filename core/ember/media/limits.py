@@ -32,7 +32,7 @@ class MediaLimits:
     max_request_bytes: int = 64 * 1024 * 1024
     max_fetches: int = 64
     max_fetched_bytes: int = 256 * 1024 * 1024
-    max_decoding_pixels: int = 80_000_000
+    max_decoding_pixels: int = 40_000_000
 
     def __post_init__(self) -> None:
         # A zero or negative bound would refuse every item with a misleading message.
