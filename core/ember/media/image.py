@@ -95,9 +95,9 @@ def _decode(
                 image.decodermaxblock = GUARDED_BLOCK
             if budget is not None:
                 held.enter_context(budget.decoding(width * height, guard))
-            # A loaded copy, turned upright; the file closes with the ``with``.
-            upright = image_ops.exif_transpose(image)
-            return _to_rgb(image_module, upright)
+            # Loaded and turned upright in place: a copy would be another full-size image.
+            image_ops.exif_transpose(image, in_place=True)
+            return _to_rgb(image_module, image)
     except EmberError:
         raise
     except image_module.DecompressionBombError as exc:
@@ -147,14 +147,18 @@ class _Guarded(io.BytesIO):
 
 
 def _to_rgb(image_module: ModuleType, image: PILImage.Image) -> PILImage.Image:
+    """RGB, holding as few full-size copies at once as it can (an RGBA image is composited
+    without a converted copy, and its white background is dropped before the last step)."""
     has_alpha = "A" in image.getbands() or image.info.get("transparency") is not None
     if image.mode == "RGB" and not has_alpha:
         return image
     if not has_alpha:
         return image.convert("RGB")
-    rgba = image.convert("RGBA")
+    rgba = image if image.mode == "RGBA" else image.convert("RGBA")
     background = image_module.new("RGBA", rgba.size, WHITE)
-    return image_module.alpha_composite(background, rgba).convert("RGB")
+    composite = image_module.alpha_composite(background, rgba)
+    del background, rgba
+    return composite.convert("RGB")
 
 
 def _pillow() -> tuple[ModuleType, ModuleType]:
