@@ -14,11 +14,11 @@ server that died is started again for the next case. Then ``--flood-seconds`` of
 requests (2 clients, one short text each) unloaded and beside ``--flood-clients`` clients
 sending 8 images each: p50 and p99 in ms. Every loop is bounded in count and time.
 
-Cases: ``png-4000000x10`` (a 5 KB PNG), ``webp-6000-rgba`` (one 6000 x 6000 RGBA WebP of a
-few dozen bytes) and ``webp-6000-rgba-x12`` (twelve in one request), ``jpeg-3000-scans``
-(a progressive JPEG, its first scan repeated 3,000 times), ``urls-20x10mb`` (20 URLs of
-10 MB each), ``text-1.95mb`` (one text of 1.95 MB), ``trailers`` (a chunked body whose
-trailers never end, sent until the server closes or 64 MB went).
+Cases: ``png-4000000x10`` (a 5 KB PNG), ``webp-6000-rgba`` (one 6000 x 6000 RGBA WebP of
+1.4 KB) and ``webp-6000-rgba-x12`` (twelve in one request), ``jpeg-3000-scans`` (a flat
+2000 x 2000 progressive JPEG, its last scan repeated 3,000 times: 66 KB), ``urls-20x10mb``
+(20 URLs of 10 MB each), ``text-1.95mb`` (one text of 1.95 MB), ``trailers`` (a chunked
+body whose trailers never end, sent until the server closes or 64 MB went).
 """
 
 from __future__ import annotations
@@ -66,10 +66,11 @@ def hostile_images() -> dict[str, str]:
 
     png = _encode(Image.new("1", (4_000_000, 10)), "PNG")
     webp = _encode(Image.new("RGBA", (6000, 6000)), "WEBP", lossless=True)
-    jpeg = _encode(Image.new("RGB", (256, 256), (90, 20, 200)), "JPEG", progressive=True)
-    first = jpeg.index(b"\xff\xda")
-    second = jpeg.index(b"\xff\xda", first + 2)
-    scans = jpeg[:second] + jpeg[first:second] * 3000 + jpeg[second:]
+    # Each scan is a pass over every block, however few bytes it holds: the last scan of a
+    # flat 2000 x 2000 image is 14 bytes, and 3,000 of them cost ~28 s to decode (66 KB).
+    jpeg = _encode(Image.new("RGB", (2000, 2000), (90, 20, 200)), "JPEG", progressive=True)
+    last, end = jpeg.rindex(b"\xff\xda"), jpeg.rindex(b"\xff\xd9")
+    scans = jpeg[:end] + jpeg[last:end] * 3000 + jpeg[end:]
     return {
         "png": _uri(png, "image/png"),
         "webp": _uri(webp, "image/webp"),
