@@ -89,7 +89,8 @@ Batch = TokenBatch | FeatureBatch
 
 @dataclass(frozen=True)
 class Tokens:
-    """One text's ids, ready to batch; ``truncated_from`` is the length before truncation.
+    """One text's ids, ready to batch; ``truncated_from`` is the length before truncation
+    (of the part of a very long text that was tokenised, ``ember.processors.cut``).
 
     ``attention`` is the attention mask when not all ones (ColBERT's query expansion);
     ``keep`` the positions a multi-vector output keeps when not all (ColBERT's document

@@ -193,6 +193,7 @@ def serve(settings: ServerSettings) -> int:
     limits = ConnectionLimits(
         header_timeout=settings.header_timeout,
         body_timeout=settings.body_timeout,
+        body_total_timeout=settings.body_total_timeout,
         max_connections=settings.max_connections,
     )
     failed: list[BaseException] = []

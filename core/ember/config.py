@@ -199,6 +199,11 @@ class ServerSettings(BaseSettings):
     body_timeout: float = Field(
         10.0, description="Seconds a request body may go without progress; then 408 and closed."
     )
+    body_total_timeout: float = Field(
+        60.0,
+        description="Seconds a whole request body may take from the end of its headers, "
+        "however it trickles; then 408 and closed.",
+    )
     max_connections: int = Field(
         1024,
         description="Connections open at once; more are answered 503 and closed at once.",
@@ -236,8 +241,40 @@ class ServerSettings(BaseSettings):
         description="Largest image in pixels (width x height, read from its header before "
         "decoding); larger gets 400.",
     )
+    max_image_side: int = Field(
+        16_384,
+        description="Longest side of an image in pixels, read from its header; longer gets 400.",
+    )
+    max_image_aspect: float = Field(
+        50.0,
+        description="Largest ratio of an image's long side to its short side, read from its "
+        "header (a shortest-edge resize keeps it); larger gets 400.",
+    )
+    max_decoding_pixels: int = Field(
+        40_000_000,
+        description="Pixels of images being decoded at once, server-wide (a larger image "
+        "takes all of it); an image waits for room within the request's deadline.",
+    )
     max_audio_seconds: float = Field(
         60.0, description="Longest audio clip in seconds; longer gets 400."
+    )
+    max_request_fetches: int = Field(
+        8, description="Image or audio downloads one request runs at once; the rest wait."
+    )
+    max_request_media_bytes: int = Field(
+        64 * 1024 * 1024,
+        description="Bytes of all image or audio items of one request together (downloads "
+        "and data: URIs); more gets 413.",
+    )
+    max_fetches: int = Field(
+        64,
+        description="Image or audio downloads at once, server-wide; a download waits for a "
+        "slot within --media-fetch-timeout.",
+    )
+    max_fetched_bytes: int = Field(
+        256 * 1024 * 1024,
+        description="Bytes of downloaded media held at once, server-wide, until decoded; "
+        "a request that would pass it gets 503.",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="debug|info|warning|error."
@@ -322,12 +359,27 @@ class ServerSettings(BaseSettings):
     def media_limits(self) -> MediaLimits:
         from ember.media.limits import MediaLimits
 
-        for name in ("media_fetch_timeout", "max_media_bytes", "max_image_pixels"):
+        for name in MEDIA_POSITIVE:
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{flag(name)} must be positive, got {getattr(self, name)}")
-        if not self.max_audio_seconds > 0:
-            raise ConfigError(f"--max-audio-seconds must be positive, got {self.max_audio_seconds}")
+        if self.max_image_aspect < 1:
+            raise ConfigError(f"--max-image-aspect must be >= 1, got {self.max_image_aspect}")
         return MediaLimits.from_settings(self)
+
+
+# Media settings a zero or negative value of would refuse every item.
+MEDIA_POSITIVE = (
+    "media_fetch_timeout",
+    "max_media_bytes",
+    "max_image_pixels",
+    "max_image_side",
+    "max_decoding_pixels",
+    "max_audio_seconds",
+    "max_request_fetches",
+    "max_request_media_bytes",
+    "max_fetches",
+    "max_fetched_bytes",
+)
 
 
 def setting_default(name: str) -> Any:

@@ -75,6 +75,14 @@ class NotReady(EmberError):
     type = "service_unavailable"
 
 
+class Unavailable(EmberError):
+    """The server lacks a resource to serve this now (file descriptors, its media budget):
+    not the client's fault, and worth retrying."""
+
+    status_code = 503
+    type = "service_unavailable"
+
+
 class BackendFailure(EmberError):
     """A forward pass raised; only the requests in that batch see this."""
 

@@ -25,6 +25,7 @@ from tests.support import ServerProcess, start_server
 
 HEADER_TIMEOUT = 1.0
 BODY_TIMEOUT = 1.0
+BODY_TOTAL_TIMEOUT = 5.0
 MAX_CONNECTIONS = 8
 MARGIN = 1.5  # scheduling slack on a loaded 2-core CI machine
 
@@ -40,6 +41,8 @@ def short() -> Iterator[ServerProcess]:
             str(HEADER_TIMEOUT),
             "--body-timeout",
             str(BODY_TIMEOUT),
+            "--body-total-timeout",
+            str(BODY_TOTAL_TIMEOUT),
             "--max-connections",
             str(MAX_CONNECTIONS),
         ]
@@ -131,6 +134,8 @@ def test_head_refusal_counts_headers_and_bytes() -> None:
 def test_body_time_left_runs_from_the_last_progress() -> None:
     assert body_time_left(last_progress=10.0, now=10.4, timeout=1.0) == pytest.approx(0.6)
     assert body_time_left(last_progress=10.0, now=11.5, timeout=1.0) < 0
+    # progress keeps coming, but the whole body's time is up first
+    assert body_time_left(10.9, now=11.0, timeout=1.0, started=8.0, total=3.0) == 0
 
 
 def test_limits_must_be_positive() -> None:
@@ -241,6 +246,43 @@ def test_slow_body_that_keeps_coming_is_served(short: ServerProcess) -> None:
         status, body = _read_response(sock)
     assert status == 200, body
     assert len(pieces) * gap > BODY_TIMEOUT * 2
+
+
+def test_a_body_trickled_forever_is_cut_at_the_total_deadline(short: ServerProcess) -> None:
+    """A byte every half body-timeout never stalls, but the whole body has
+    --body-total-timeout: 408 then, however long the client would go on."""
+    import select
+
+    with _connect(short) as sock:
+        sock.sendall(_embed_request(length=1000))
+        response = b""
+        for _ in range(int(4 * BODY_TOTAL_TIMEOUT / (BODY_TIMEOUT / 2))):  # bounded: ~20 s
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(b" ")
+            readable, _, _ = select.select([sock], [], [], BODY_TIMEOUT / 2)
+            if readable:
+                response = _read_until_closed(sock)
+                break
+    assert _status(response) == 408, response[:300]
+    assert b"not complete within 5s" in response
+
+
+def test_chunk_trailers_that_never_end_get_431(short: ServerProcess) -> None:
+    """Trailers are not body progress: they are bounded like a head, not buffered."""
+    with _connect(short) as sock:
+        sock.sendall(
+            b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n5\r\n[1,2]\r\n0\r\n"
+        )
+        line = b"X-Trailer: " + b"a" * 1000 + b"\r\n"
+        for _ in range(200):  # 200 KB at most, over the 16 KiB a head may take
+            try:
+                sock.sendall(line)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        response = _read_until_closed(sock)
+    assert _status(response) == 431, response[:300]
+    assert b"trailers" in response
 
 
 # Header limits

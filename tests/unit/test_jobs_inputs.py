@@ -152,3 +152,29 @@ def test_ids_past_64_bits_are_refused_not_rounded(tmp_path: Path) -> None:
     path.write_text('{"id": 1, "text": "a"}\n{"id": 18446744073709551616, "text": "b"}\n')
     with pytest.raises(BadRequest, match="row 1 of big.jsonl: id 18446744073709551616 is too"):
         list(InputSpec.of(path, id_column="id").rows())
+
+
+@pytest.mark.parametrize("name", ["long.txt", "long.jsonl", "long.csv"])
+def test_a_row_past_the_bound_is_refused_before_it_is_read_whole(
+    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line (or CSV field) over the bound is a one-line error naming it, not a read of
+    the whole line into memory; the rows before it are read as usual."""
+    from ember.jobs import inputs
+
+    monkeypatch.setattr(inputs, "MAX_ROW_BYTES", 1000)
+    long = "y" * 200_000  # over csv's own field bound (131,072 characters)
+    rows = {
+        "long.txt": f"short\n{long}\n",
+        "long.jsonl": f'{{"text": "short"}}\n{{"text": "{long}"}}\n',
+        "long.csv": f"text\nshort\n{long}\n",
+    }
+    path = tmp_path / name
+    path.write_text(rows[name])
+    spec = InputSpec.of(path)
+    read = spec.rows()
+    assert next(read)[1] == "short"
+    with pytest.raises(BadRequest) as err:
+        next(read)
+    message = err.value.message
+    assert f"of {name}" in message and ("1,000 bytes" in message or "field limit" in message)

@@ -10,6 +10,13 @@ httptools protocol (its fast parser; kept as the default):
   byte of a next request came: an idle keep-alive connection, a socket that never spoke);
 - a body that makes no progress for ``body_timeout`` gets 408 and the connection closes
   (time the server itself stopped reading, for flow control or pipelining, is not counted);
+- a body not complete within ``body_total_timeout`` of its head gets 408 too, however it
+  trickles: 1,030 connections sending a byte every 4 s held every slot for as long as they
+  liked while the stall timer reset at each byte;
+- a chunked body's framing (chunk-size lines and trailers) may take at most
+  ``FRAMING_PER_BODY_BYTE`` bytes per body byte plus ``max_header_bytes``, else 431: a body
+  whose trailers never end was otherwise buffered (863 MB, +1.4 GiB RSS) until the stall
+  timer, trailers not being body progress;
 - idle keep-alive connections close after uvicorn's ``timeout_keep_alive``;
 - past ``max_connections`` open at once, a new connection is answered 503 and closed at
   once, while those already open keep being served;
@@ -50,6 +57,8 @@ _warnings: dict[int, RateLimitedLog] = {}
 # tracing headers while bounding what a client can make the server hold.
 MAX_HEADER_BYTES = 16 * 1024
 MAX_HEADERS = 100
+# A 1-byte chunk is "1\r\nX\r\n": 5 bytes of framing for one of body.
+FRAMING_PER_BODY_BYTE = 5
 # uvicorn's default, named here: an idle keep-alive connection closes after this.
 KEEP_ALIVE_TIMEOUT = 5.0
 # Set in a request's scope when this layer answered it (408) while the app was reading its
@@ -65,12 +74,13 @@ _HTTP2_PREFACE = "Pause on PRI/Upgrade"
 class ConnectionLimits:
     header_timeout: float = 10.0
     body_timeout: float = 10.0
+    body_total_timeout: float = 60.0
     max_connections: int = 1024
     max_header_bytes: int = MAX_HEADER_BYTES
     max_headers: int = MAX_HEADERS
 
     def __post_init__(self) -> None:
-        for name in ("header_timeout", "body_timeout", "max_connections"):
+        for name in ("header_timeout", "body_timeout", "body_total_timeout", "max_connections"):
             if getattr(self, name) <= 0:
                 flag = "--" + name.replace("_", "-")
                 raise ConfigError(f"{flag} must be > 0, got {getattr(self, name)}")
@@ -135,9 +145,27 @@ def upgrade_refusal(headers: Sequence[tuple[bytes, bytes]]) -> str:
     return ""
 
 
-def body_time_left(last_progress: float, now: float, timeout: float) -> float:
-    """Seconds a body that last made progress at ``last_progress`` may still stall."""
-    return last_progress + timeout - now
+def body_time_left(
+    last_progress: float,
+    now: float,
+    timeout: float,
+    started: float | None = None,
+    total: float = float("inf"),
+) -> float:
+    """Seconds a body that last made progress at ``last_progress`` may still take: until it
+    stalls ``timeout``, or ``total`` after it ``started``, whichever comes first."""
+    left = last_progress + timeout - now
+    if started is not None:
+        left = min(left, started + total - now)
+    return left
+
+
+def framing_refusal(wire_bytes: int, body_bytes: int, limits: ConnectionLimits) -> str:
+    """Why a body's framing is refused with 431 ('' when it is not): ``wire_bytes`` arrived
+    while in the body, ``body_bytes`` of them body."""
+    if wire_bytes - body_bytes > FRAMING_PER_BODY_BYTE * body_bytes + limits.max_header_bytes:
+        return f"chunk framing and trailers over {limits.max_header_bytes} bytes"
+    return ""
 
 
 def error_response(status: int, message: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> bytes:
@@ -187,6 +215,9 @@ class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
         self._head_bytes = 0  # bytes of chunks wholly inside one head (a memory bound)
         self._in_body = False
         self._body_progress = 0.0
+        self._body_started = 0.0
+        self._body_bytes = 0  # body bytes the parser gave
+        self._wire_bytes = 0  # bytes received wholly inside the body (framing, trailers too)
         self._done = False  # answered (408/431/503) and closing: parse nothing more
 
     # Connection lifetime
@@ -210,8 +241,16 @@ class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        messages, continuing = self._messages, self._in_head
+        messages, continuing, in_body = self._messages, self._in_head, self._in_body
         super().data_received(data)
+        # Chunks that arrived inside a body count whole (the one that ended its head, or
+        # that began the next request, stays uncounted: one read, a bounded size).
+        if in_body and not self._done and messages == self._messages:
+            self._wire_bytes += len(data)
+            refusal = framing_refusal(self._wire_bytes, self._body_bytes, self.limits)
+            if refusal:
+                self._answer(431, refusal)
+                return
         # A head sent in many chunks is parsed (and buffered) as it comes: bound it here,
         # counting chunks that neither began nor ended it (so never a body's bytes).
         if continuing and self._in_head and messages == self._messages and not self._done:
@@ -257,13 +296,16 @@ class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
         if requested_upgrade(self.headers) and self.cycle is not None:
             self.cycle.keep_alive = False  # the parser reads nothing after an upgrade's head
         self._in_body = True
-        self._body_progress = self.loop.time()
-        self._set_deadline(self.limits.body_timeout, self._body_deadline)
+        self._body_progress = self._body_started = self.loop.time()
+        self._body_bytes = self._wire_bytes = 0
+        first = min(self.limits.body_timeout, self.limits.body_total_timeout)
+        self._set_deadline(first, self._body_deadline)
 
     def on_body(self, body: bytes) -> None:
         if self._done:
             return
         self._body_progress = self.loop.time()
+        self._body_bytes += len(body)
         super().on_body(body)
 
     def on_message_complete(self) -> None:
@@ -313,11 +355,21 @@ class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
         now = self.loop.time()
         if self.flow.read_paused:  # the server stopped reading, not the client sending
             self._body_progress = now
-        left = body_time_left(self._body_progress, now, self.limits.body_timeout)
+        limits = self.limits
+        left = body_time_left(
+            self._body_progress,
+            now,
+            limits.body_timeout,
+            self._body_started,
+            limits.body_total_timeout,
+        )
         if left > 0:
             self._deadline = self.loop.call_later(left, self._body_deadline)
             return
-        self._answer(408, f"request body stalled for {self.limits.body_timeout:g}s")
+        if now - self._body_started >= limits.body_total_timeout:
+            self._answer(408, f"request body not complete within {limits.body_total_timeout:g}s")
+        else:
+            self._answer(408, f"request body stalled for {limits.body_timeout:g}s")
 
     def _answer(self, status: int, message: str) -> None:
         """Answer ``status`` (unless a response already began) and close the connection."""

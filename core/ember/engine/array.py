@@ -9,6 +9,8 @@ from ember.backends.base import Backend
 from ember.capabilities import Capability
 from ember.engine.engine import Engine
 from ember.errors import BadRequest, NotFound
+from ember.media.budget import MediaBudget
+from ember.media.limits import MediaLimits
 from ember.metrics import Metrics
 from ember.models.spec import ModelSpec, ResolvedModel
 
@@ -24,8 +26,12 @@ class EngineArray:
         backend_loader: Callable[[ResolvedModel], Backend] = load_backend,
     ) -> None:
         self.metrics = metrics or Metrics()
+        # One media budget for the server: every engine's downloads and decodes draw on it.
+        limits = next((spec.media for spec in specs if spec.media is not None), MediaLimits())
+        budget = MediaBudget(limits)
         self.engines = [
-            Engine(spec, metrics=self.metrics, backend_loader=backend_loader) for spec in specs
+            Engine(spec, metrics=self.metrics, backend_loader=backend_loader, media_budget=budget)
+            for spec in specs
         ]
         self.started = False
 

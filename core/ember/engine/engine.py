@@ -31,6 +31,7 @@ from ember.heads import postprocess
 from ember.heads.base import Head
 from ember.heads.build import build_heads
 from ember.heads.scores import maxsim
+from ember.media.budget import MediaBudget
 from ember.metrics import Metrics
 from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec, ResolvedModel
@@ -72,6 +73,7 @@ class Engine:
         *,
         metrics: Metrics | None = None,
         backend_loader: Callable[[ResolvedModel], Backend] = load_backend,
+        media_budget: MediaBudget | None = None,
     ) -> None:
         self.spec = spec
         self.metrics = metrics or Metrics()
@@ -81,7 +83,7 @@ class Engine:
         self.processor: TextProcessor | None = None
         self.heads: dict[Output, Head] = {}
         self.batcher: Batcher | None = None
-        self._prepare = Preparer()
+        self._prepare = Preparer(media_budget)
         # Per prompt name, the positions its prompt takes: only for a model whose Pooling
         # leaves the prompt out (include_prompt false); empty otherwise.
         self._prompt_positions: dict[str, int] = {}
@@ -428,7 +430,7 @@ class Engine:
         processor = self.processor
         assert processor is not None
         limits = processor.limits  # type: ignore[attr-defined]  # a MediaProcessor's
-        return self._prepare.media(items, modality, processor, limits)
+        return self._prepare.media(items, modality, processor, limits, self.spec.request_timeout)
 
     async def _run(self, prepare: Prepare, output: Output, count: int) -> tuple[list[Any], Result]:
         """Admit ``count`` inputs, prepare their features (tokenise; fetch and decode media),

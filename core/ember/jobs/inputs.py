@@ -34,6 +34,11 @@ SUFFIXES: dict[str, Format] = {
 }
 # Parquet is read a record batch at a time: bounded memory whatever the file's size.
 PARQUET_BATCH_ROWS = 4096
+# A line (text, JSON Lines) longer than this is refused, not read whole: a model uses a few
+# thousand characters of a text (longer ones are cut before tokenising), and a file of one
+# endless line would otherwise be read into memory at once. CSV has its own bound
+# (``csv.field_size_limit``).
+MAX_ROW_BYTES = 16 * 1024 * 1024
 Row = tuple[Any, str]
 # Byte-order marks of encodings the line formats are not read in (UTF-32 before UTF-16:
 # the UTF-32LE mark begins with UTF-16LE's).
@@ -115,8 +120,20 @@ class InputSpec:
                 except UnicodeDecodeError as exc:  # decoded a block ahead: where is near
                     where = f"{self.path.name}, near line {reader.line_num + 1},"
                     raise self._not_utf8(where, exc) from None
+                except csv.Error as exc:  # a field over csv.field_size_limit, a bad quote
+                    raise BadRequest(
+                        f"record {reader.line_num} of {self.path.name}: {exc}"
+                    ) from None
                 return
-            for line in fh:
+            for number in itertools.count(1):
+                line = fh.readline(MAX_ROW_BYTES + 1)
+                if not line:
+                    return
+                if len(line) > MAX_ROW_BYTES:
+                    raise BadRequest(
+                        f"line {number} of {self.path.name} is longer than the "
+                        f"{MAX_ROW_BYTES:,} bytes a row may take"
+                    )
                 if self.format == "jsonl" and not line.strip():
                     continue  # blank lines separate nothing in JSON Lines
                 yield line

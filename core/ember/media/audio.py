@@ -8,6 +8,9 @@ come, so a file declaring hundreds of channels never holds them all at once. sox
 resamples at its default HQ quality: SPEC-NOTES, lower qualities move CLAP's vectors past
 the parity tolerance.
 
+The request's ``DecodeGuard`` is checked before each block, so a passed deadline or a client
+that left stops the read.
+
 Runs on worker threads: each call opens its own file handle and resampler.
 """
 
@@ -22,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ember.errors import BadRequest, EmberError, MissingDependency
+from ember.media.budget import DecodeGuard
 from ember.media.limits import MediaLimits
 
 FORMATS = frozenset({"WAV", "WAVEX", "RF64", "FLAC", "OGG"})  # libsndfile's major formats
@@ -32,7 +36,13 @@ RESAMPLE_QUALITY = "HQ"  # soxr's default; VHQ is the only better one
 UNKNOWN_FRAMES = 2**63 - 1
 
 
-def decode_audio(data: bytes, index: int, sampling_rate: int, limits: MediaLimits) -> np.ndarray:
+def decode_audio(
+    data: bytes,
+    index: int,
+    sampling_rate: int,
+    limits: MediaLimits,
+    guard: DecodeGuard | None = None,
+) -> np.ndarray:
     """``data`` as a 1-d float32 array at ``sampling_rate``: channels averaged, resampled."""
     if sampling_rate <= 0:
         raise ValueError(f"sampling_rate must be positive, got {sampling_rate}")
@@ -48,7 +58,8 @@ def decode_audio(data: bytes, index: int, sampling_rate: int, limits: MediaLimit
             rate = audio.samplerate
             if UNKNOWN_FRAMES > audio.frames > limits.max_audio_seconds * rate:
                 raise _too_long(index, audio.frames / rate, limits)
-            samples = _read_mono(audio, math.floor(limits.max_audio_seconds * rate), index, limits)
+            max_frames = math.floor(limits.max_audio_seconds * rate)
+            samples = _read_mono(audio, max_frames, index, limits, guard)
     except EmberError:
         raise
     except Exception as exc:
@@ -65,11 +76,19 @@ def decode_audio(data: bytes, index: int, sampling_rate: int, limits: MediaLimit
     return np.ascontiguousarray(samples, dtype=np.float32)
 
 
-def _read_mono(audio: Any, max_frames: int, index: int, limits: MediaLimits) -> np.ndarray:
+def _read_mono(
+    audio: Any,
+    max_frames: int,
+    index: int,
+    limits: MediaLimits,
+    guard: DecodeGuard | None = None,
+) -> np.ndarray:
     """At most ``max_frames`` frames, each the mean of its channels."""
     parts: list[np.ndarray] = []
     total = 0
     while True:  # ends at end of file or one frame past the cap: max_frames / BLOCK_FRAMES + 1
+        if guard is not None:
+            guard.check()
         block = audio.read(
             frames=min(BLOCK_FRAMES, max_frames + 1 - total), dtype="float32", always_2d=True
         )

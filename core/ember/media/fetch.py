@@ -10,6 +10,13 @@ SNI and for certificate checks, so no second DNS lookup can answer differently
 ``MAX_REDIRECTS``. No cookies are kept, no proxy or ``.netrc`` credentials are read from
 the environment, and URLs carrying credentials are refused.
 
+What the downloads may cost is held to a ``RequestBudget`` (``ember.media.budget``): a
+request runs at most ``max_request_fetches`` at once, each also holding one of the
+server's ``max_fetches`` slots (waiting for a slot is bounded by the request's deadline,
+not by ``fetch_timeout``), and its items' bytes count against the request's total and the
+server's bytes held. A connection that fails because this process is out of file
+descriptors is a 503, logged: the remote is not to blame.
+
 Every error names the input's 0-based position (``input 2: ...``): a refused or failed
 download, a non-2xx answer and a timeout are 400 (SPEC-NOTES: the input is unusable, not
 the server slow); more than ``max_bytes`` is 413, at once from a declared
@@ -20,7 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import functools
+import logging
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -28,8 +37,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from ember import __version__
-from ember.errors import BadRequest, EmberError, MissingDependency, PayloadTooLarge
+from ember.errors import BadRequest, EmberError, MissingDependency, PayloadTooLarge, Unavailable
+from ember.logs import RateLimitedLog
 from ember.media.addresses import Address, any_address, is_public_address, resolve_host
+from ember.media.budget import MediaBudget, RequestBudget
 from ember.media.limits import MediaLimits
 
 if TYPE_CHECKING:
@@ -42,12 +53,18 @@ MAX_REDIRECTS = 3  # SPEC-NOTES: a 4th redirect is a 400
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 USER_AGENT = f"ember/{__version__}"
 SHOWN_URL_CHARS = 120  # an error message quotes at most this much of a URL
+# Errors that mean this process, not the remote, ran out of something to connect with.
+LOCAL_EXHAUSTION = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+log = logging.getLogger(__name__)
+_exhaustion_log = RateLimitedLog(log, interval=5.0)
 
 
 async def fetch_all(
     items: Sequence[str | bytes],
     limits: MediaLimits,
     *,
+    budget: RequestBudget | None = None,
     resolver: Resolver = resolve_host,
     address_allowed: AddressPolicy | None = None,
     verify: ssl.SSLContext | None = None,
@@ -56,18 +73,24 @@ async def fetch_all(
     raw bytes passed through; each at most ``limits.max_bytes``.
 
     The first item to fail fails the call and cancels the downloads still running.
-    ``resolver``, ``address_allowed`` (default: ``is_public_address``, or every address
-    under ``limits.allow_private_urls``) and ``verify`` (the TLS trust) are for tests.
+    ``budget`` is the request's share of the server's (``MediaBudget``); the caller releases
+    it once the bytes are decoded. Without one, a budget of ``limits`` alone. ``resolver``,
+    ``address_allowed`` (default: ``is_public_address``, or every address under
+    ``limits.allow_private_urls``) and ``verify`` (the TLS trust) are for tests.
     """
+    if budget is None:
+        budget = MediaBudget(limits).request()
     results: list[bytes | None] = [None] * len(items)
     urls: list[tuple[int, str]] = []
     for index, item in enumerate(items):
         if isinstance(item, (bytes, bytearray, memoryview)):
             results[index] = _within(bytes(item), index, limits.max_bytes, "item")
+            budget.charge(index, len(item), downloaded=False)
         elif isinstance(item, str):
             scheme = item[: item.find(":", 0, 16)].lower() if ":" in item[:16] else ""
             if scheme == "data":
                 results[index] = decode_data_uri(item, index, limits.max_bytes)
+                budget.charge(index, len(results[index] or b""), downloaded=False)
             elif scheme in ("http", "https"):
                 urls.append((index, item))
             else:
@@ -89,7 +112,7 @@ async def fetch_all(
             # to the same IP, so none is kept for reuse.
             limits=httpx.Limits(max_keepalive_connections=0),
         ) as transport:
-            download = _Download(transport, limits, resolver, policy)
+            download = _Download(transport, limits, resolver, policy, budget)
             fetched = await _first_failure_cancels(
                 [download.fetch(index, url) for index, url in urls]
             )
@@ -136,17 +159,21 @@ class _Download:
         limits: MediaLimits,
         resolver: Resolver,
         policy: AddressPolicy,
+        budget: RequestBudget,
     ) -> None:
         self.transport = transport
         self.limits = limits
         self.resolver = resolver
         self.policy = policy
+        self.budget = budget
 
     async def fetch(self, index: int, url: str) -> bytes:
-        """The body at ``url`` after at most ``MAX_REDIRECTS``, within ``fetch_timeout``."""
+        """The body at ``url`` after at most ``MAX_REDIRECTS``, within ``fetch_timeout`` of
+        getting a download slot."""
         httpx = _httpx()
         try:
-            return await asyncio.wait_for(self._follow(index, url), self.limits.fetch_timeout)
+            async with self.budget.slot():
+                return await asyncio.wait_for(self._follow(index, url), self.limits.fetch_timeout)
         except (asyncio.TimeoutError, httpx.TimeoutException):
             raise BadRequest(
                 f"input {index}: {_shown(url)} did not download within "
@@ -192,6 +219,7 @@ class _Download:
         try:
             addresses = await self.resolver(host, port)
         except (OSError, UnicodeError) as exc:  # socket.gaierror: no such host; a bad label
+            _check_local(exc)
             reason = getattr(exc, "strerror", None) or exc
             raise BadRequest(
                 f"input {index}: cannot resolve {host}{_after(hop)}: {reason}", param="input"
@@ -238,6 +266,7 @@ class _Download:
                 finally:
                     await response.aclose()
             except httpx.ConnectError as exc:  # refused, unreachable, TLS check failed
+                _check_local(exc)
                 failure = exc
             except httpx.TimeoutException:
                 raise  # fetch() words every timeout alike
@@ -288,6 +317,7 @@ class _Download:
             body += chunk
             if len(body) > max_bytes:
                 raise _too_large(index, shown, max_bytes)
+            self.budget.charge(index, len(chunk), downloaded=True)
         return bytes(body)
 
 
@@ -304,6 +334,22 @@ async def _first_failure_cancels(coroutines: list[Awaitable[bytes]]) -> list[byt
     if failed:
         raise failed[0].exception()  # type: ignore[misc]
     return [t.result() for t in tasks]
+
+
+def _check_local(exc: BaseException) -> None:
+    """503, logged, when ``exc`` (or what it wraps) is this process out of descriptors or
+    buffers: the remote is not to blame and the client may retry."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in LOCAL_EXHAUSTION:
+            _exhaustion_log.warning(f"a media download could not connect: {current!r}")
+            raise Unavailable(
+                "the server cannot open a connection now (out of file descriptors or "
+                "buffers); retry later"
+            ) from None
+        current = current.__cause__ or current.__context__
 
 
 @functools.cache

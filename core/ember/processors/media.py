@@ -24,8 +24,10 @@ import numpy as np
 from ember.batch import FeatureBatch, Features
 from ember.capabilities import Modality
 from ember.errors import BadRequest, ConfigError, MissingDependency
+from ember.media.budget import DecodeGuard, MediaBudget
 from ember.media.limits import MediaLimits
 from ember.models.spec import ResolvedModel
+from ember.processors.cut import TextCut, longest_token_chars
 from ember.processors.text import Direction
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,7 @@ class MediaProcessor:
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{model.path}: cannot load the model's processor: {exc}") from exc
         self.tokenizer = self.processor.tokenizer
+        self._cut, self._cutter = self._text_cut(self.tokenizer, self.max_length)
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
         # ColPali and ColQwen2 encode every text as a query (their processors' one text path).
         self.encodes_queries = self.facts.queries
@@ -95,25 +98,53 @@ class MediaProcessor:
                 )
                 for t in texts
             ]
+        pieces = self._pieces(texts)
         options: dict[str, Any] = {"max_length": self.max_length}
         if self.facts.pads_text:  # as SigLIP's processor documents: to the max length
             options["padding"] = "max_length"
         # One call for the batch, unpadded (SigLIP's padding is per text): each item's
         # arrays are what the tokenizer gives that text alone.
-        encoded = self.tokenizer(texts, truncation=True, **options)
+        encoded = self.tokenizer(pieces, truncation=True, **options)
         items = []
-        for index, text in enumerate(texts):
+        for index, text in enumerate(pieces):
             arrays = {k: np.asarray([v[index]], dtype=np.int64) for k, v in encoded.items()}
             if not truncate and int(arrays["input_ids"].shape[-1]) >= self.max_length:
                 full = len(self.tokenizer(text, verbose=False)["input_ids"])
                 if full > self.max_length:
+                    count = f"more than {full}" if text is not texts[index] else str(full)
                     raise BadRequest(
-                        f"input {index}: {full} tokens, more than model {self.model_name!r} "
+                        f"input {index}: {count} tokens, more than model {self.model_name!r} "
                         f"takes ({self.max_length}); send truncate=true or shorten it",
                         param="input",
                     )
             items.append(self._features("text", arrays))
         return items
+
+    @staticmethod
+    def _text_cut(tokenizer: Any, max_length: int) -> tuple[TextCut | None, Any]:
+        """The cut for texts longer than the model uses, checked with a truncating copy of
+        the fast tokenizer's backend (none for a slow tokenizer: texts go whole)."""
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            return None, None
+        from tokenizers import Tokenizer
+
+        cutter = Tokenizer.from_str(backend.to_str())
+        cutter.no_padding()
+        cutter.enable_truncation(max_length)
+        return TextCut(max_length, longest_token_chars(cutter)), cutter
+
+    def _pieces(self, texts: list[str]) -> list[str]:
+        """``texts``, each longer than the model can use cut to what its tokens come from."""
+        cut = self._cut
+        if cut is None or all(len(t) <= cut.chars for t in texts):
+            return texts
+        long = [i for i, t in enumerate(texts) if len(t) > cut.chars]
+        _, pieces = cut.encode(self._cutter, [texts[i] for i in long], "right", True)
+        out = list(texts)
+        for i, piece in zip(long, pieces, strict=True):
+            out[i] = piece
+        return out
 
     def from_ids(
         self, sequences: list[list[int]], *, truncate: bool = True, query: bool | None = False
@@ -148,12 +179,21 @@ class MediaProcessor:
         return list(self.tokenizer.batch_decode(ids, skip_special_tokens=skip_special_tokens))
 
     # ---- media -----------------------------------------------------------------------------
-    def image(self, data: bytes, index: int) -> Features:
-        """Decode and preprocess one image (on a worker thread)."""
-        from ember.media import decode_image
+    def image(
+        self,
+        data: bytes,
+        index: int,
+        guard: DecodeGuard | None = None,
+        budget: MediaBudget | None = None,
+    ) -> Features:
+        """Decode and preprocess one image (on a worker thread), its pixels held in the
+        server's decode budget until the processor has resized them."""
+        from ember.media.image import decoding_image
 
-        image = decode_image(data, index, self.limits)
-        return self.image_features(image, index)
+        with decoding_image(data, index, self.limits, guard, budget) as image:
+            if guard is not None:
+                guard.check()
+            return self.image_features(image, index)
 
     def image_features(self, image: Any, index: int = 0) -> Features:
         try:
@@ -167,11 +207,20 @@ class MediaProcessor:
             ) from None
         return self._features("image", self._arrays(raw))
 
-    def audio(self, data: bytes, index: int) -> Features:
-        """Decode, resample and featurise one clip (on a worker thread)."""
+    def audio(
+        self,
+        data: bytes,
+        index: int,
+        guard: DecodeGuard | None = None,
+        budget: MediaBudget | None = None,
+    ) -> Features:
+        """Decode, resample and featurise one clip (on a worker thread); a clip is bounded
+        by ``max_audio_seconds``, so it takes no share of the pixel budget."""
         from ember.media import decode_audio
 
-        clip = decode_audio(data, index, self.sampling_rate, self.limits)
+        clip = decode_audio(data, index, self.sampling_rate, self.limits, guard)
+        if guard is not None:
+            guard.check()
         return self.audio_features(clip, index)
 
     def audio_features(self, clip: np.ndarray, index: int = 0) -> Features:

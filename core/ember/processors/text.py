@@ -2,7 +2,9 @@
 of them -> one right-padded ``TokenBatch``.
 
 Runs on worker threads: ``encode_batch`` releases the GIL, so tokenising the next
-request overlaps with the forward pass of the current batch.
+request overlaps with the forward pass of the current batch. A single text longer than the
+model can use is cut first (``ember.processors.cut``) and counted from its truncated
+encoding, never tokenised whole or twice.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from tokenizers import Encoding, Tokenizer
 from ember.batch import TokenBatch, Tokens
 from ember.errors import BadRequest, ConfigError
 from ember.models.spec import ResolvedModel
+from ember.processors.cut import TextCut, encoded_length, longest_token_chars
 
 Direction = Literal["right", "left"]
 # Token-id input is read in the served model's own vocabulary. An id past its end almost
@@ -115,6 +118,7 @@ class TextTokenizer:
             for direction in ("right", "left")
         }
         self.vocab_size = base.get_vocab_size(with_added_tokens=True)
+        self._cut = TextCut(self.max_length, longest_token_chars(base))
         self.pad_id = self._pad_id(base, model)
         self._prefix, self._suffix = self._special_wrapping(base) if special_tokens else ([], [])
         self.leading_specials = len(self._prefix)  # [CLS]: what a left cut never removes
@@ -153,11 +157,12 @@ class TextTokenizer:
         direction: Direction = "right",
         query: bool | None = False,
     ) -> list[Tokens]:
-        encodings = self._truncating[direction].encode_batch(
-            texts, add_special_tokens=self.special_tokens
+        encodings, pieces = self._cut.encode(
+            self._truncating[direction], texts, direction, self.special_tokens
         )
         return [
-            self._checked(enc, text, truncate) for enc, text in zip(encodings, texts, strict=True)
+            self._checked(enc, text, truncate, len(piece) < len(text))
+            for enc, text, piece in zip(encodings, texts, pieces, strict=True)
         ]
 
     def encode_pairs(self, pairs: list[tuple[str, str]], *, truncate: bool = True) -> list[Tokens]:
@@ -166,17 +171,19 @@ class TextTokenizer:
             self._checked(enc, pair, truncate) for enc, pair in zip(encodings, pairs, strict=True)
         ]
 
-    def _checked(self, enc: Encoding, original: str | tuple[str, str], truncate: bool) -> Tokens:
+    def _checked(
+        self, enc: Encoding, original: str | tuple[str, str], truncate: bool, cut: bool = False
+    ) -> Tokens:
         if not enc.overflowing:
             return Tokens(enc.ids, enc.type_ids)
-        full = len(
-            self._exact.encode(*original)
-            if isinstance(original, tuple)
-            else self._exact.encode(original, add_special_tokens=self.special_tokens)
-        )
+        # A pair's overflow is per side (longest_first): count it by tokenising it whole.
+        full = len(self._exact.encode(*original)) if isinstance(original, tuple) else None
+        if full is None:
+            full = encoded_length(enc)
         if not truncate:
+            count = f"more than {full}" if cut else str(full)
             raise BadRequest(
-                f"input has {full} tokens, more than this model's maximum of "
+                f"input has {count} tokens, more than this model's maximum of "
                 f"{self.max_length}; send truncate=true or shorten it",
                 param="input",
             )
