@@ -24,6 +24,7 @@ SHARED_WORDS = {"dense", "cross-encoder"}
 OTHER_VOCABULARIES = {
     ("backends/onnx_media_export.py", "clip"): "ONNX Runtime's optimizer model_type",
     ("api/operations.py", "classifier"): "TEI's /info model_type key",
+    ("api/docs.py", "static"): "fastapi-offline's asset folder",
 }
 
 
