@@ -22,6 +22,7 @@ from ember.backends.base import Backend
 from ember.capabilities import Modality, Output
 from ember.cpu import lower_thread_priority
 from ember.engine.batcher import Batcher, padding_budget_for
+from ember.engine.cache import EmbeddingCache, embed_through, model_identity
 from ember.engine.forward import Piece, load_at_priority, run_batch
 from ember.engine.prepare import Prepare, Preparer
 from ember.engine.result import Result, Timings
@@ -49,10 +50,15 @@ class Engine:
         *,
         metrics: Metrics | None = None,
         backend_loader: Callable[[ResolvedModel], Backend] = load_backend,
+        cache: EmbeddingCache | None = None,
     ) -> None:
+        """``cache``: the embedding cache (``ember.engine.cache``) this engine's ``embed``
+        answers through; None: every input is computed."""
         self.spec = spec
         self.metrics = metrics or Metrics()
         self._backend_loader = backend_loader
+        self.cache = cache
+        self._identity: str | None = None  # the cache keys' model part, set at start
         self.model: ResolvedModel | None = None
         self.backend: Backend | None = None
         self.processor: TextProcessor | None = None
@@ -90,6 +96,8 @@ class Engine:
                 "--backend onnx, or torch without flash-attn"
             )
         self.heads = await loop.run_in_executor(None, build_heads, model)
+        if self.cache is not None:
+            self._identity = await loop.run_in_executor(None, model_identity, model, backend.info)
         if not model.include_prompt and isinstance(self.processor, TextTokenizer):
             tokenizer = self.processor
             self._prompt_positions = {
@@ -149,7 +157,7 @@ class Engine:
         )
         for output in outputs:
             if output != "logits":
-                await self.embed(["warm-up"], output=output)
+                await self._embed(["warm-up"], output=output)  # not cached, not counted
         for modality in self.family.modalities[1:]:  # each media tower once, decoded inputs
             item = self.processor.warm_up_item(modality)  # type: ignore[attr-defined]
             await self.batcher.run_direct([Piece(item, outputs[0])])
@@ -200,7 +208,46 @@ class Engine:
         query-side (True) or document-side (False) encoding where a model has sides
         (ColBERT's markers and expansion, a Router's routes); None: neither said (a Router's
         default route; a document elsewhere). ``modality`` image or audio: ``inputs`` are
-        URLs, data: URIs or raw bytes."""
+        URLs, data: URIs or raw bytes. With the embedding cache on, inputs embedded before
+        with the same options come from it and skip the batcher."""
+        options: dict[str, Any] = {
+            "output": output,
+            "normalize": normalize,
+            "dimensions": dimensions,
+            "truncate": truncate,
+            "truncation_direction": truncation_direction,
+            "prompt_name": prompt_name,
+            "query": query,
+            "modality": modality,
+        }
+        if self.cache is None or self._identity is None or self.model is None:
+            return await self._embed(inputs, **options)
+        options["output"] = output or self.family.embedding
+        if options["output"] in (None, "logits"):  # refused by _embed, uncounted
+            return await self._embed(inputs, **options)
+        return await embed_through(
+            self.cache,
+            self.name,
+            self._identity,
+            list(inputs),
+            options,
+            lambda items: self._embed(items, **options),
+        )
+
+    async def _embed(
+        self,
+        inputs: Sequence[str] | Sequence[Sequence[int]],
+        *,
+        output: Output | None = None,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+        truncate: bool = True,
+        truncation_direction: Direction = "right",
+        prompt_name: str | None = None,
+        query: bool | None = None,
+        modality: Modality = "text",
+    ) -> Result:
+        """``embed`` computing every input."""
         model = self._loaded()
         family = self.family
         output = output or family.embedding
@@ -404,5 +451,6 @@ class Engine:
         self.metrics.stage_seconds.labels(name, "tokenize").observe(timings.tokenize)
         self.metrics.stage_seconds.labels(name, "queue").observe(timings.queue)
         self.metrics.stage_seconds.labels(name, "forward").observe(timings.forward)
-        result = Result(None, prompt_tokens=sum(len(t) for t in tokens), timings=timings)
+        counts = [len(t) for t in tokens]
+        result = Result(None, prompt_tokens=sum(counts), timings=timings, input_tokens=counts)
         return [r.row for r in rows], result
