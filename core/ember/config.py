@@ -222,7 +222,7 @@ class ServerSettings(BaseSettings):
         256 * 1024 * 1024,
         ge=1,
         description="Embedding cache: most bytes its entries may hold (vectors, texts and "
-        "about 0.5 KB per entry), whatever --cache-entries allows.",
+        "0.5 KB per entry; default 256 MiB), whatever --cache-entries allows.",
     )
     allow_private_urls: bool = Field(
         False,
