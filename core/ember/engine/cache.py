@@ -92,8 +92,9 @@ def model_identity(model: ResolvedModel, backend: BackendInfo) -> str:
     """What a served model is, for the keys: its name, its files (the artifact cache's
     fingerprint: small files by content, weights by size and mtime) and what it was loaded
     as. A model reloaded from changed files, or another backend or dtype, shares no entry."""
-    sources = {str(model.root): source_fingerprint(model.root)}  # type: ignore[arg-type]
-    if model.root is not None and not model.path.is_relative_to(model.root):
+    root = model.root or model.path
+    sources = {str(root): source_fingerprint(root)}
+    if not model.path.is_relative_to(root):  # a transformer kept outside the pipeline's own
         sources[str(model.path)] = source_fingerprint(model.path)
     facts = {
         "name": model.served_name,
