@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from ember.backends import load_backend
 from ember.backends.base import Backend
 from ember.capabilities import Capability
-from ember.config import ServerSettings
+from ember.config import ServerSettings, setting_default
 from ember.engine.cache import EmbeddingCache
 from ember.engine.engine import Engine
 from ember.errors import BadRequest, NotFound
@@ -25,14 +25,16 @@ class EngineArray:
         metrics: Metrics | None = None,
         backend_loader: Callable[[ResolvedModel], Backend] = load_backend,
         cache_entries: int = 0,
-        cache_max_bytes: int = 0,
+        cache_max_bytes: int | None = None,
     ) -> None:
         """``cache_entries`` > 0: one embedding cache (``ember.engine.cache``) for every
-        model, of that many entries and ``cache_max_bytes`` bytes at most."""
+        model, of that many entries and ``cache_max_bytes`` bytes at most (None: the
+        setting's default)."""
         self.metrics = metrics or Metrics()
-        self.cache = (
-            EmbeddingCache(cache_entries, cache_max_bytes, self.metrics) if cache_entries else None
-        )
+        self.cache = None
+        if cache_entries:
+            limit = cache_max_bytes or setting_default("cache_max_bytes")
+            self.cache = EmbeddingCache(cache_entries, limit, self.metrics)
         self.engines = [
             Engine(spec, metrics=self.metrics, backend_loader=backend_loader, cache=self.cache)
             for spec in specs
