@@ -37,7 +37,7 @@ from ember.models.spec import ResolvedModel
 
 # What one entry costs beyond its vector's and input's own bytes: the LRU's link and dict
 # slot, the key tuple, the entry object and the numpy array headers (about 400 bytes per
-# entry measured with tracemalloc on CPython 3.12: tests/unit/test_embedding_cache.py).
+# entry measured with tracemalloc on CPython 3.11, checked by tests/unit/test_embedding_cache.py).
 ENTRY_OVERHEAD = 512
 
 
