@@ -70,3 +70,38 @@ def server(
         api_key=API_KEY,
     ) as proc:
         yield proc
+
+
+@pytest.fixture(scope="session")
+def cache_server(
+    minilm_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """`ember serve` with the embedding cache on, for the cache and request-id tests: MiniLM
+    twice under two names (the same files: only the name tells them apart), a SPLADE and a
+    ColBERT, on torch; an API key, debug logs (uvicorn's access line per request), and a
+    queue of two inputs on ``minilm-b`` so a three-input request gets 429."""
+    from tests.fixtures.retrieval_models import build_tiny_colbert, build_tiny_splade
+
+    root = tmp_path_factory.mktemp("cache-server")
+    models = [minilm_path, minilm_path, build_tiny_splade(root / "splade")]
+    models.append(build_tiny_colbert(root / "colbert"))
+    with start_server(
+        [
+            "--model-id",
+            ";".join(map(str, models)),
+            "--served-model-name",
+            "minilm;minilm-b;splade;colbert",
+            "--max-queue-size",
+            "4096;2;4096;4096",
+            "--backend",
+            "torch",  # no ONNX export to wait for (20-30 s a model here)
+            "--cache-entries",
+            "1000",
+            "--api-key",
+            API_KEY,
+            "--log-level",
+            "debug",
+        ],
+        api_key=API_KEY,
+    ) as proc:
+        yield proc

@@ -223,6 +223,19 @@ class ServerSettings(BaseSettings):
         "does: ids from a client that tokenised with another vocabulary (LangChain's "
         "tiktoken default) then fail loudly instead of embedding the wrong tokens.",
     )
+    cache_entries: int = Field(
+        0,
+        ge=0,
+        description="Embedding cache: keep the finished embeddings of up to this many inputs "
+        "(per model, input and options; least recently used dropped first) and answer "
+        "repeats without a forward pass; 0 = off. Embeddings only, not rerank or classify.",
+    )
+    cache_max_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1,
+        description="Embedding cache: most bytes its entries may hold (vectors, texts and "
+        "0.5 KB per entry; default 256 MiB), whatever --cache-entries allows.",
+    )
     allow_private_urls: bool = Field(
         False,
         description="Let image and audio URLs reach loopback, private, link-local and other "

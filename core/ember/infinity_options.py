@@ -93,7 +93,8 @@ INFINITY_OPTIONS: tuple[InfinityOption, ...] = (
     InfinityOption(
         "vector_disk_cache",
         None,
-        "Ember keeps no vector cache; every request is computed",
+        "Ember keeps no vector cache on disk; its embedding cache is in memory, off unless "
+        "--cache-entries is set (its key holds the model, the options and the whole input)",
         switch=True,
         honoured="false",
     ),

@@ -1,12 +1,42 @@
-"""Logging: plain lines or one JSON object per line (for log shippers)."""
+"""Logging: plain lines or one JSON object per line (for log shippers), each line
+about a request carrying that request's id."""
 
 from __future__ import annotations
 
 import logging
 import sys
 import time
+from contextvars import ContextVar
 
 import orjson
+
+# The id of the request being served (``x-request-id``), set by the HTTP edge
+# (``ember.api.request_ids``) for the request's task: every log call made while serving it,
+# from any module, carries the id without passing it along. None outside a request.
+REQUEST_ID: ContextVar[str | None] = ContextVar("ember_request_id", default=None)
+
+
+class RequestIdFilter(logging.Filter):
+    """Stamps each record with ``request_id`` (None outside a request). On the handler, so
+    records of every logger (uvicorn's access lines too) get it; an embedding application
+    adds it to its own handler to see the ids."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "request_id", None) is None:
+            record.request_id = REQUEST_ID.get()
+        return True
+
+
+class PlainFormatter(logging.Formatter):
+    """``<time> <LEVEL> <logger>: <message>``; about a request, ``<logger> [request_id=…]``."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s%(request_tag)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        request_id = getattr(record, "request_id", None)
+        record.request_tag = f" [request_id={request_id}]" if request_id else ""
+        return super().format(record)
 
 
 class JsonFormatter(logging.Formatter):
@@ -18,6 +48,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        request_id = getattr(record, "request_id", None)
+        if request_id:
+            entry["request_id"] = request_id
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()
@@ -25,11 +58,8 @@ class JsonFormatter(logging.Formatter):
 
 def configure_logging(level: str = "info", json_logs: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        JsonFormatter()
-        if json_logs
-        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    )
+    handler.setFormatter(JsonFormatter() if json_logs else PlainFormatter())
+    handler.addFilter(RequestIdFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

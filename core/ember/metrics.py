@@ -53,3 +53,27 @@ class Metrics:
         self.rejected = Counter(
             "ember_rejected", "Requests refused because the queue was full", ["model"], registry=r
         )
+        # The embedding cache (ember.engine.cache, --cache-entries): counted per input.
+        self.cache_hits = Counter(
+            "ember_cache_hits", "Inputs answered from the embedding cache", ["model"], registry=r
+        )
+        self.cache_misses = Counter(
+            "ember_cache_misses",
+            "Inputs looked up in the embedding cache and not found",
+            ["model"],
+            registry=r,
+        )
+        self.cache_evictions = Counter(
+            "ember_cache_evictions",
+            "Entries the embedding cache dropped, least recently used first, to stay within "
+            "--cache-entries and --cache-max-bytes",
+            registry=r,
+        )
+        self.cache_bytes = Gauge(
+            "ember_cache_bytes",
+            "Bytes the embedding cache holds (vectors, keys and a fixed per-entry overhead)",
+            registry=r,
+        )
+        self.cache_entries = Gauge(
+            "ember_cache_entries", "Entries the embedding cache holds", registry=r
+        )

@@ -78,7 +78,7 @@ __all__ = [
 
 async def build_engines(settings: ServerSettings | None = None) -> EngineArray:
     """Engines for every configured model, loaded and warmed."""
-    engines = EngineArray((settings or settings_from_env()).model_specs())
+    engines = EngineArray.from_settings(settings or settings_from_env())
     await engines.start()
     return engines
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Awaitable
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import pytest
@@ -20,9 +22,11 @@ from ember.batch import Outputs, TokenBatch
 from ember.config import settings_from_env
 from ember.engine import EngineArray
 from ember.errors import BackendFailure, Overloaded
+from ember.logs import REQUEST_ID
 from ember.models.spec import ResolvedModel
 
 POISON = "zebra"  # a text whose batch the wrapper fails
+T = TypeVar("T")
 
 
 class InstrumentedBackend(BackendDefaults):
@@ -92,7 +96,15 @@ async def test_tiny_queue_answers_429_at_once(minilm_path: Path) -> None:
         await engines.stop()
 
 
-async def test_failing_batch_fails_only_its_requests(minilm_path: Path) -> None:
+async def _as_request(request_id: str, call: Awaitable[T]) -> T:
+    """``call`` as the HTTP edge runs it: in a task whose request id is set."""
+    REQUEST_ID.set(request_id)  # gather's task has its own copy of the context
+    return await call
+
+
+async def test_failing_batch_fails_only_its_requests(
+    minilm_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     engines, made = _engines(minilm_path, delay=0.05, max_batch_size="1")
     await engines.start()
     engine = engines.get(None)
@@ -100,13 +112,16 @@ async def test_failing_batch_fails_only_its_requests(minilm_path: Path) -> None:
     backend.poison_id = engine.processor.encode([POISON])[0].ids[1]
     try:
         results = await asyncio.gather(
-            engine.embed(["fine one"]),
-            engine.embed([POISON]),
-            engine.embed(["fine two"]),
+            _as_request("fine-1", engine.embed(["fine one"])),
+            _as_request("poisoned", engine.embed([POISON])),
+            _as_request("fine-2", engine.embed(["fine two"])),
             return_exceptions=True,
         )
         assert isinstance(results[1], BackendFailure) and "injected" in results[1].message
         assert not isinstance(results[0], Exception) and not isinstance(results[2], Exception)
+        # The batch's log line names the request it failed, and only that one.
+        failed = [r.getMessage() for r in caplog.records if "forward pass failed" in r.msg]
+        assert len(failed) == 1 and failed[0].endswith("(requests poisoned)"), failed
         again = await engine.embed(["the engine still works"])
         assert again.outputs.shape == (1, 384)
     finally:

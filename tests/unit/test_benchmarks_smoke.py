@@ -296,3 +296,12 @@ def test_media_report_renders() -> None:
     assert "| ember-torch-float32 |" in text and "20.0 (19.0–21.0; med 20.0)" in text
     assert "infinity-torch (failed: RuntimeError: x)" in text
     assert "60 (1.80) / 60 (1.80) / 60 (1.80)" in text and "2.01 (1.91–2.11)" in text
+
+
+def test_cache_workload_repeats_a_few_queries_and_is_deterministic() -> None:
+    from benchmarks import cache
+
+    queries = cache.workload(1000, 500, 1.1, seed=1)
+    assert queries == cache.workload(1000, 500, 1.1, seed=1)
+    counts = sorted((queries.count(q) for q in set(queries)), reverse=True)
+    assert len(counts) < 500 and counts[0] > 50 * counts[-1]  # a head and a long tail

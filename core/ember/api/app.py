@@ -34,6 +34,7 @@ from ember.api.middleware import (
     Send,
     UrlPrefix,
 )
+from ember.api.request_ids import RequestIds
 from ember.api.routes import ROUTES, ROUTES_BY_PATH, ModelRoute, Operation
 from ember.config import DEFAULT_MODEL_NAME, ServerSettings, settings_from_env
 from ember.engine.array import EngineArray
@@ -198,7 +199,7 @@ def create_app(
     /health and /ready, answer without the API key.
     """
     settings = settings or settings_from_env()
-    engines = engines or EngineArray(settings.model_specs())
+    engines = engines or EngineArray.from_settings(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -368,9 +369,10 @@ def create_app(
             app.entry,
             allow_origins=origins,
             allow_methods=["GET", "POST", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type"],
-            expose_headers=["x-total-time", "x-inference-time", "x-queue-time"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-Id"],
+            expose_headers=["x-total-time", "x-inference-time", "x-queue-time", "x-request-id"],
         )
+    app.entry = RequestIds(app.entry)  # outermost: every answer carries the id
     return app
 
 

@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator, Sequence
 from ember.backends import load_backend
 from ember.backends.base import Backend
 from ember.capabilities import Capability
+from ember.config import ServerSettings, setting_default
+from ember.engine.cache import EmbeddingCache
 from ember.engine.engine import Engine
 from ember.errors import BadRequest, NotFound
 from ember.media.budget import MediaBudget
@@ -24,20 +26,40 @@ class EngineArray:
         *,
         metrics: Metrics | None = None,
         backend_loader: Callable[[ResolvedModel], Backend] = load_backend,
+        cache_entries: int = 0,
+        cache_max_bytes: int | None = None,
     ) -> None:
+        """``cache_entries`` > 0: one embedding cache (``ember.engine.cache``) for every
+        model, of that many entries and ``cache_max_bytes`` bytes at most (None: the
+        setting's default)."""
         self.metrics = metrics or Metrics()
         # One media budget for the server: every engine's downloads and decodes draw on it.
         limits = next((spec.media for spec in specs if spec.media is not None), MediaLimits())
         budget = MediaBudget(limits)
+        self.cache = None
+        if cache_entries:
+            limit = cache_max_bytes or setting_default("cache_max_bytes")
+            self.cache = EmbeddingCache(cache_entries, limit, self.metrics)
         self.engines = [
-            Engine(spec, metrics=self.metrics, backend_loader=backend_loader, media_budget=budget)
+            Engine(
+                spec,
+                metrics=self.metrics,
+                backend_loader=backend_loader,
+                media_budget=budget,
+                cache=self.cache,
+            )
             for spec in specs
         ]
         self.started = False
 
     @classmethod
-    def from_settings(cls, settings: object) -> EngineArray:
-        return cls(settings.model_specs())  # type: ignore[attr-defined]
+    def from_settings(cls, settings: ServerSettings) -> EngineArray:
+        """The engines ``settings`` describe: their models, and the embedding cache."""
+        return cls(
+            settings.model_specs(),
+            cache_entries=settings.cache_entries,
+            cache_max_bytes=settings.cache_max_bytes,
+        )
 
     async def start(self) -> None:
         for engine in self.engines:  # one at a time: loading is memory- and CPU-bound

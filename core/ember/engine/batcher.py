@@ -30,6 +30,7 @@ from ember.backends.base import PaddingBudget
 from ember.engine.admission import Throughput, refusal
 from ember.engine.memory import IDLE_TRIM_SECONDS, release_freed_memory
 from ember.errors import BackendFailure, Overloaded, RequestTimeout
+from ember.logs import REQUEST_ID
 from ember.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class WorkItem:
     future: asyncio.Future[RowResult]
     enqueued_at: float = field(default_factory=time.perf_counter)
     deadline: float | None = None  # perf_counter time its request gives up
+    request_id: str | None = field(default_factory=REQUEST_ID.get)  # made in its request
 
 
 # Padding a batch may carry before a forward of its own would be cheaper: a CPU forward
@@ -333,7 +335,13 @@ class Batcher:
         try:
             out = await loop.run_in_executor(self._executor, self.run, work)
         except Exception as exc:  # any backend error fails this batch only
-            log.exception("forward pass failed for %d inputs on %s", len(live), self.name)
+            requests = sorted({it.request_id for it in live if it.request_id})
+            log.exception(
+                "forward pass failed for %d inputs on %s (requests %s)",
+                len(live),
+                self.name,
+                ", ".join(requests) or "-",
+            )
             self.metrics.failed_batches.labels(self.name).inc()
             error = BackendFailure(f"inference failed for this batch: {type(exc).__name__}: {exc}")
             for it in live:

@@ -22,6 +22,7 @@ from ember.backends.base import Backend
 from ember.capabilities import Modality, Output
 from ember.cpu import lower_thread_priority
 from ember.engine.batcher import Batcher, padding_budget_for
+from ember.engine.cache import EmbeddingCache, embed_through, model_identity
 from ember.engine.forward import Piece, load_at_priority, run_batch
 from ember.engine.prepare import Prepare, Preparer
 from ember.engine.result import Result, Timings
@@ -74,10 +75,15 @@ class Engine:
         metrics: Metrics | None = None,
         backend_loader: Callable[[ResolvedModel], Backend] = load_backend,
         media_budget: MediaBudget | None = None,
+        cache: EmbeddingCache | None = None,
     ) -> None:
+        """``cache``: the embedding cache (``ember.engine.cache``) this engine's ``embed``
+        answers through; None: every input is computed."""
         self.spec = spec
         self.metrics = metrics or Metrics()
         self._backend_loader = backend_loader
+        self.cache = cache
+        self._identity: str | None = None  # the cache keys' model part, set at start
         self.model: ResolvedModel | None = None
         self.backend: Backend | None = None
         self.processor: TextProcessor | None = None
@@ -115,6 +121,8 @@ class Engine:
                 "--backend onnx, or torch without flash-attn"
             )
         self.heads = await loop.run_in_executor(None, build_heads, model)
+        if self.cache is not None:
+            self._identity = await loop.run_in_executor(None, model_identity, model, backend.info)
         if not model.include_prompt and isinstance(self.processor, TextTokenizer):
             tokenizer = self.processor
             self._prompt_positions = {
@@ -174,7 +182,7 @@ class Engine:
         )
         for output in outputs:
             if output != "logits":
-                await self.embed(["warm-up"], output=output)
+                await self._embed(["warm-up"], output=output)  # not cached, not counted
         for modality in self.family.modalities[1:]:  # each media tower once, decoded inputs
             item = self.processor.warm_up_item(modality)  # type: ignore[attr-defined]
             await self.batcher.run_direct([Piece(item, outputs[0])])
@@ -228,7 +236,48 @@ class Engine:
         default route; a document elsewhere). ``modality`` image or audio: ``inputs`` are
         URLs, data: URIs or raw bytes. ``max_tokens`` (vLLM's ``truncate_prompt_tokens``,
         -1: the model's max) cuts each input to that many tokens from
-        ``truncation_direction``, special tokens included."""
+        ``truncation_direction``, special tokens included. With the embedding cache on,
+        inputs embedded before with the same options come from it and skip the batcher."""
+        options: dict[str, Any] = {
+            "output": output,
+            "normalize": normalize,
+            "dimensions": dimensions,
+            "truncate": truncate,
+            "truncation_direction": truncation_direction,
+            "prompt_name": prompt_name,
+            "query": query,
+            "modality": modality,
+            "max_tokens": max_tokens,
+        }
+        if self.cache is None or self._identity is None or self.model is None:
+            return await self._embed(inputs, **options)
+        options["output"] = output or self.family.embedding
+        if options["output"] in (None, "logits"):  # refused by _embed, uncounted
+            return await self._embed(inputs, **options)
+        return await embed_through(
+            self.cache,
+            self.name,
+            self._identity,
+            list(inputs),
+            options,
+            lambda items: self._embed(items, **options),
+        )
+
+    async def _embed(
+        self,
+        inputs: Sequence[str] | Sequence[Sequence[int]],
+        *,
+        output: Output | None = None,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+        truncate: bool = True,
+        truncation_direction: Direction = "right",
+        prompt_name: str | None = None,
+        query: bool | None = None,
+        modality: Modality = "text",
+        max_tokens: int | None = None,
+    ) -> Result:
+        """``embed`` computing every input."""
         model = self._loaded()
         family = self.family
         output = output or family.embedding
@@ -475,5 +524,6 @@ class Engine:
         self.metrics.stage_seconds.labels(name, "tokenize").observe(timings.tokenize)
         self.metrics.stage_seconds.labels(name, "queue").observe(timings.queue)
         self.metrics.stage_seconds.labels(name, "forward").observe(timings.forward)
-        result = Result(None, prompt_tokens=sum(len(t) for t in tokens), timings=timings)
+        counts = [len(t) for t in tokens]
+        result = Result(None, prompt_tokens=sum(counts), timings=timings, input_tokens=counts)
         return [r.row for r in rows], result

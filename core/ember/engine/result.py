@@ -27,3 +27,6 @@ class Result:
     outputs: Any
     prompt_tokens: int
     timings: Timings = field(default_factory=Timings)
+    # Tokens per input, in order, where the call counted them (the embedding cache keeps
+    # each input's count with its row, so a hit's ``usage`` is the miss's).
+    input_tokens: list[int] = field(default_factory=list)

@@ -23,7 +23,7 @@ class SyncEngineArray:
 
     def __init__(self, settings: ServerSettings | None = None, **options: Any) -> None:
         self.settings = settings or settings_from_env(**options)
-        self.engines = EngineArray(self.settings.model_specs())
+        self.engines = EngineArray.from_settings(self.settings)
         self.loop = EngineLoop()
         try:
             self._call(self.engines.start())
