@@ -14,7 +14,8 @@ Each check is bounded in count and time and prints one line:
 - disconnects: requests dropped by their clients mid-wait; the server's queue-depth gauge once
   it drains (polled, at most 60 s) and how long that took;
 - SIGTERM under load (``--launch`` only): requests in flight when the signal came, how many
-  were answered and completed, the statuses they got, and the exit code.
+  were answered and completed, the statuses they got (503 for any the 10 s graceful
+  shutdown cut off), and the exit code.
 """
 
 from __future__ import annotations

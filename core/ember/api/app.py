@@ -22,7 +22,12 @@ import ember
 from ember.api import operations as ops
 from ember.api import responses as r
 from ember.api.docs import install_docs
-from ember.api.errors import client_gone_response, error_response, install_error_handlers
+from ember.api.errors import (
+    client_gone_response,
+    ember_error_response,
+    error_response,
+    install_error_handlers,
+)
 from ember.api.fastpath import ModelRouteFastPath
 from ember.api.middleware import (
     LIVENESS,
@@ -38,7 +43,7 @@ from ember.api.request_ids import RequestIds
 from ember.api.routes import ROUTES, ROUTES_BY_PATH, ModelRoute, Operation
 from ember.config import DEFAULT_MODEL_NAME, ServerSettings, settings_from_env
 from ember.engine.array import EngineArray
-from ember.errors import EmberError, error_body
+from ember.errors import EmberError, Unavailable, error_body
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +95,15 @@ async def run_operation(
     try:
         reply = await operation(state.engines, body, state.settings.max_client_batch_size)
     except asyncio.CancelledError:
-        if not gone:  # cancelled from outside (shutdown): not ours to answer
-            raise
         if hasattr(request, "uncancel"):  # Python 3.11+
             request.uncancel()
-        return client_gone_response()
+        if gone:
+            return client_gone_response()
+        # Cancelled from outside: the server's graceful shutdown ran out of time. Answer
+        # 503 (retry elsewhere) rather than let the server turn the cancellation into a 500.
+        return ember_error_response(
+            Unavailable("the server is shutting down and did not finish this request; retry")
+        )
     finally:
         start_watching.cancel()
         for watcher in watchers:
