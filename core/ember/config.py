@@ -25,6 +25,13 @@ from ember.config_values import (
     nice_level,
     split_values,
 )
+from ember.defaults import (
+    CACHE_MAX_BYTES,
+    DEFAULT_MODEL_NAME,
+    NEURON_AUTO_CAST,
+    NEURON_BATCH_SIZE,
+    NEURON_BUCKETS,
+)
 from ember.errors import ConfigError
 from ember.models.spec import (
     FORWARD_NICE,
@@ -40,16 +47,11 @@ from ember.models.spec import (
 if TYPE_CHECKING:
     from ember.media.limits import MediaLimits
 
-DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 BACKENDS = ("auto", *BACKEND_NAMES)
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16", "int8")
 # /v1/embeddings' vector types: Infinity's names for Cohere's types (ember.heads.quantize).
 EMBEDDING_DTYPES = ("float32", "int8", "uint8", "binary", "ubinary")
-# neuron: optimum-neuron's auto_cast modes, and the sequence buckets compiled when none
-# are given (each capped at the model's maximum: ember.backends.neuron_shapes).
-NEURON_AUTO_CAST = ("none", "matmul", "all")
-NEURON_BUCKETS = (128, 256, 512)
 
 # Fields that take one value per served model.
 PER_MODEL_FIELDS = (
@@ -147,7 +149,7 @@ class ServerSettings(BaseSettings):
         "default $XDG_CACHE_HOME/ember, else ~/.cache/ember.",
     )
     neuron_batch_size: int = Field(
-        8,
+        NEURON_BATCH_SIZE,
         description="neuron: rows per call of a compiled graph, when compiling (`ember export`, "
         "or at load a model that is not an export).",
     )
@@ -231,7 +233,7 @@ class ServerSettings(BaseSettings):
         "repeats without a forward pass; 0 = off. Embeddings only, not rerank or classify.",
     )
     cache_max_bytes: int = Field(
-        256 * 1024 * 1024,
+        CACHE_MAX_BYTES,
         ge=1,
         description="Embedding cache: most bytes its entries may hold (vectors, texts and "
         "0.5 KB per entry; default 256 MiB), whatever --cache-entries allows.",
@@ -377,7 +379,20 @@ class ServerSettings(BaseSettings):
                 raise ConfigError(f"{flag(name)} must be positive, got {getattr(self, name)}")
         if self.max_image_aspect < 1:
             raise ConfigError(f"--max-image-aspect must be >= 1, got {self.max_image_aspect}")
-        return MediaLimits.from_settings(self)
+        return MediaLimits(
+            allow_private_urls=self.allow_private_urls,
+            fetch_timeout=self.media_fetch_timeout,
+            max_bytes=self.max_media_bytes,
+            max_image_pixels=self.max_image_pixels,
+            max_image_side=self.max_image_side,
+            max_image_aspect=self.max_image_aspect,
+            max_audio_seconds=self.max_audio_seconds,
+            max_request_fetches=self.max_request_fetches,
+            max_request_bytes=self.max_request_media_bytes,
+            max_fetches=self.max_fetches,
+            max_fetched_bytes=self.max_fetched_bytes,
+            max_decoding_pixels=self.max_decoding_pixels,
+        )
 
 
 # Media settings a zero or negative value of would refuse every item.
@@ -454,9 +469,3 @@ def _settings_error(exc: ValidationError, from_infinity: Mapping[str, Any]) -> C
 
 def env_var(field_name: str) -> str:
     return f"EMBER_{field_name.upper()}"
-
-
-def default_cache_dir() -> Path:
-    """Where artifacts go without ``--cache-dir``: $XDG_CACHE_HOME/ember, else ~/.cache/ember."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "ember"

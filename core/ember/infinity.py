@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from ember.capabilities import Modality
-from ember.config import DEFAULT_MODEL_NAME, ServerSettings, settings_from_env
+from ember.config import ServerSettings, settings_from_env
+from ember.defaults import DEFAULT_MODEL_NAME
 from ember.engine.engine import Engine
 from ember.families.base import Family
 from ember.heads.quantize import encode_embeddings

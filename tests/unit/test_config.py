@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from ember.cli import build_parser, settings_from_args
-from ember.config import ServerSettings, default_cache_dir, settings_from_env
+from ember.config import ServerSettings, settings_from_env
+from ember.defaults import default_cache_dir
 from ember.errors import ConfigError
 from tests.support import REPO
 

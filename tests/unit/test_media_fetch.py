@@ -571,8 +571,8 @@ def test_limits_from_settings() -> None:
         max_image_pixels=456,
         max_audio_seconds=7.5,
     )
-    assert MediaLimits.from_settings(settings) == MediaLimits(True, 2.5, 123, 456, 7.5)
-    assert MediaLimits.from_settings(ServerSettings()) == MediaLimits()
+    assert settings.media_limits() == MediaLimits(True, 2.5, 123, 456, 7.5)
+    assert ServerSettings().media_limits() == MediaLimits()
 
 
 @pytest.mark.parametrize("field_name", ["fetch_timeout", "max_bytes", "max_image_pixels"])

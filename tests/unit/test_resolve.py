@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ember.config import DEFAULT_MODEL_NAME
+from ember.defaults import DEFAULT_MODEL_NAME
 from ember.errors import ConfigError
 from ember.models.facts import detect_task
 from ember.models.resolve import resolve_model

@@ -41,7 +41,8 @@ from ember.api.middleware import (
 )
 from ember.api.request_ids import RequestIds
 from ember.api.routes import ROUTES, ROUTES_BY_PATH, ModelRoute, Operation
-from ember.config import DEFAULT_MODEL_NAME, ServerSettings, settings_from_env
+from ember.config import ServerSettings, settings_from_env
+from ember.defaults import DEFAULT_MODEL_NAME
 from ember.engine.array import EngineArray
 from ember.errors import EmberError, Unavailable, error_body
 

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ember.config import default_cache_dir
+from ember.defaults import default_cache_dir
 from ember.models.spec import ResolvedModel
 
 log = logging.getLogger(__name__)

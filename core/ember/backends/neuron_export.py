@@ -26,7 +26,7 @@ from typing import Any
 
 from ember.backends import artifacts
 from ember.backends.neuron_shapes import default_buckets, normalize_buckets
-from ember.config import NEURON_AUTO_CAST, setting_default
+from ember.defaults import NEURON_AUTO_CAST, NEURON_BATCH_SIZE
 from ember.errors import ConfigError, MissingDependency
 from ember.models.spec import ResolvedModel
 
@@ -186,7 +186,7 @@ def compile_options(model: ResolvedModel) -> CompileOptions:
             "classifiers; use --backend torch or onnx"
         )
     spec = model.spec
-    batch_size = spec.neuron_batch_size or setting_default("neuron_batch_size")
+    batch_size = spec.neuron_batch_size or NEURON_BATCH_SIZE
     if batch_size < 1:
         raise ConfigError(f"--neuron-batch-size must be >= 1, got {batch_size}")
     if spec.neuron_sequence_lengths:

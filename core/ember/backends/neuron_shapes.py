@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.batch import TokenBatch
-from ember.config import NEURON_BUCKETS
+from ember.defaults import NEURON_BUCKETS
 
 DEFAULT_BUCKETS: tuple[int, ...] = NEURON_BUCKETS  # --neuron-sequence-lengths' default
 

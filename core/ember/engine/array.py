@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterator, Sequence
 from ember.backends import load_backend
 from ember.backends.base import Backend
 from ember.capabilities import Capability
-from ember.config import ServerSettings, setting_default
+from ember.config import ServerSettings
+from ember.defaults import CACHE_MAX_BYTES
 from ember.engine.cache import EmbeddingCache
 from ember.engine.engine import Engine
 from ember.errors import BadRequest, NotFound
@@ -38,7 +39,7 @@ class EngineArray:
         budget = MediaBudget(limits)
         self.cache = None
         if cache_entries:
-            limit = cache_max_bytes or setting_default("cache_max_bytes")
+            limit = cache_max_bytes or CACHE_MAX_BYTES
             self.cache = EmbeddingCache(cache_entries, limit, self.metrics)
         self.engines = [
             Engine(

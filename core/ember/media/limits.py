@@ -1,12 +1,9 @@
-"""The bounds every image or audio item is held to, read once from the server settings."""
+"""The bounds every image or audio item is held to (built from the server settings by
+``ember.config``: settings flow into this module, never back)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ember.config import ServerSettings
 
 
 @dataclass(frozen=True)
@@ -41,24 +38,6 @@ class MediaLimits:
                 raise ValueError(f"MediaLimits.{name} must be positive, got {getattr(self, name)}")
         if self.max_image_aspect < 1:
             raise ValueError(f"MediaLimits.max_image_aspect must be >= 1: {self.max_image_aspect}")
-
-    @classmethod
-    def from_settings(cls, settings: ServerSettings) -> MediaLimits:
-        """The limits a server was started with (``--allow-private-urls`` and friends)."""
-        return cls(
-            allow_private_urls=settings.allow_private_urls,
-            fetch_timeout=settings.media_fetch_timeout,
-            max_bytes=settings.max_media_bytes,
-            max_image_pixels=settings.max_image_pixels,
-            max_image_side=settings.max_image_side,
-            max_image_aspect=settings.max_image_aspect,
-            max_audio_seconds=settings.max_audio_seconds,
-            max_request_fetches=settings.max_request_fetches,
-            max_request_bytes=settings.max_request_media_bytes,
-            max_fetches=settings.max_fetches,
-            max_fetched_bytes=settings.max_fetched_bytes,
-            max_decoding_pixels=settings.max_decoding_pixels,
-        )
 
 
 POSITIVE = (

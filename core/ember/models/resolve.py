@@ -13,7 +13,7 @@ import logging
 import os
 from pathlib import Path
 
-from ember.config import DEFAULT_MODEL_NAME
+from ember.defaults import DEFAULT_MODEL_NAME
 from ember.errors import ConfigError
 from ember.models.spec import ModelSpec, ResolvedModel
 from ember.models.st_files import StModules, st_modules
