@@ -44,7 +44,8 @@ class TokenBatch:
     multi-vector output keeps when not all of them (ColBERT's document skiplist).
     ``pool_from`` is, per row, the positions before it a dense head leaves out of pooling
     (a prompt's, for a Pooling with ``include_prompt: false``). ``route`` is the
-    sentence-transformers Router route every row of the batch takes (None: no Router).
+    sentence-transformers Router route every row of the batch takes (None: no Router), and
+    ``adapter`` the LoRA task adapter (a remote-code model's ``adapter_mask``; None: none).
     Backends read only the three arrays (a Router's, the route).
     """
 
@@ -55,6 +56,7 @@ class TokenBatch:
     keep: tuple[tuple[int, ...] | None, ...] | None = None
     pool_from: np.ndarray | None = None
     route: str | None = None
+    adapter: int | None = None  # the LoRA task adapter every row takes (None: the base)
 
     def row_lengths(self) -> np.ndarray:
         if self.lengths is not None:
@@ -106,6 +108,7 @@ class Tokens:
     keep: tuple[int, ...] | None = None
     pool_from: int = 0
     route: str | None = None
+    adapter: int | None = None  # a LoRA task adapter's id (jina-embeddings-v3's tasks)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -115,10 +118,10 @@ class Tokens:
         return len(self.ids)
 
     @property
-    def key(self) -> str | None:
+    def key(self) -> Hashable:
         """Texts of any length share a batch (padding makes the shapes agree), of one
-        Router route only (each route has its own network)."""
-        return self.route
+        Router route and one task adapter only (each is its own network)."""
+        return self.route if self.adapter is None else (self.route, self.adapter)
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,3 +83,74 @@ def _plain_bert(path: Path, texts: list[str]) -> np.ndarray:
 def test_ct2_refuses_remote_code_at_start_with_what_to_use(remote: Path) -> None:
     errors = refused_start(["--model-id", str(remote), "--backend", "ct2", "--trust-remote-code"])
     assert len(errors) == 1 and "use --backend torch or onnx" in errors[0], errors
+
+
+# ------------------------------------------------- task adapters (jina-embeddings-v3)
+
+
+@pytest.fixture(scope="module")
+def lora(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.fixtures.remote_code import build_tiny_lora_embedder
+
+    return build_tiny_lora_embedder(tmp_path_factory.mktemp("lora") / "jina-like")
+
+
+def _lora_reference(path: Path, texts: list[str], task: str | None) -> np.ndarray:
+    """jina-embeddings-v3's documented encode, computed here from the same files (its
+    custom_st module, which sentence-transformers would import, is the model's code not
+    shipped with the tiny copy): the task's instruction before each text, ``adapter_mask``
+    of the task's id for every row, mean pooling, normalised; no task: the base weights."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from tests.fixtures.remote_code import LORA_INSTRUCTIONS, LORA_TASKS
+
+    model = AutoModel.from_pretrained(str(path), trust_remote_code=True).eval()
+    tok = AutoTokenizer.from_pretrained(str(path))
+    if task is not None:
+        texts = [LORA_INSTRUCTIONS[task] + t for t in texts]
+    batch = tok(texts, padding=True, truncation=True, return_tensors="pt")
+    mask = None
+    if task is not None:
+        mask = torch.full((len(texts),), LORA_TASKS.index(task), dtype=torch.int32)
+    with torch.inference_mode():
+        states = model(**batch, adapter_mask=mask).last_hidden_state
+    weights = batch["attention_mask"].unsqueeze(-1).float()
+    pooled = ((states * weights).sum(1) / weights.sum(1)).numpy()
+    return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+
+def test_task_adapters_follow_the_prompt_name_and_input_type(lora: Path) -> None:
+    """A task named by TEI's prompt_name (or Cohere's input_type, mapped to jina's task
+    names) runs that task's LoRA adapter and instruction, as jina's encode(task=...) does;
+    no task runs the base weights. The adapters are far apart (the test can tell them)."""
+    args = ["--model-id", str(lora), "--served-model-name", "jina", "--trust-remote-code"]
+    queries, docs = TEXTS[:4], TEXTS[4:8]
+    with start_server(args) as server, server.client() as client:
+        got = {
+            task: np.array(
+                client.post(
+                    "/embed", json={"model": "jina", "inputs": queries, "prompt_name": task}
+                ).json()
+            )
+            for task in ("retrieval.query", "separation")
+        }
+        body = {"model": "jina", "input": docs, "input_type": "search_document"}
+        got["retrieval.passage"] = np.array(
+            [r["embedding"] for r in client.post("/v1/embeddings", json=body).json()["data"]]
+        )
+        plain = client.post("/v1/embeddings", json={"model": "jina", "input": queries}).json()
+        got[None] = np.array([r["embedding"] for r in plain["data"]])
+    for task, rows in got.items():
+        texts = docs if task == "retrieval.passage" else queries
+        assert _cosines(rows, _lora_reference(lora, texts, task)).min() >= 0.9999, task
+    base = _lora_reference(lora, queries, None)
+    assert _cosines(_lora_reference(lora, queries, "separation"), base).max() < 0.99
+
+
+def test_task_adapters_run_on_torch_only(lora: Path) -> None:
+    """An export would drop the adapters its code selects: onnx and ct2 refuse at start."""
+    for backend in ("onnx", "ct2"):
+        args = ["--model-id", str(lora), "--trust-remote-code", "--backend", backend]
+        errors = refused_start(args)
+        assert len(errors) == 1 and "LoRA task adapters" in errors[0], errors

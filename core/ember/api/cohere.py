@@ -37,12 +37,13 @@ Truncate = Literal["NONE", "START", "END"]
 
 # Cohere's input_type -> the model's prompt names to try, first found wins. The aliases
 # are sentence-transformers' own (encode_query: "query"; encode_document: "document",
-# "passage", "corpus"); the Cohere name itself comes first for models that use it.
+# "passage", "corpus") and jina-embeddings-v3's tasks (also its LoRA adapters); the Cohere
+# name itself comes first for models that use it.
 PROMPT_NAMES: dict[str, tuple[str, ...]] = {
-    "search_query": ("search_query", "query"),
-    "search_document": ("search_document", "document", "passage", "corpus"),
+    "search_query": ("search_query", "query", "retrieval.query"),
+    "search_document": ("search_document", "document", "passage", "corpus", "retrieval.passage"),
     "classification": ("classification",),
-    "clustering": ("clustering",),
+    "clustering": ("clustering", "separation"),
 }
 
 # Cohere's truncate -> (truncate, which side is cut). START drops the start of the text,

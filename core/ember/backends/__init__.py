@@ -25,6 +25,12 @@ def _load(name: str, model: ResolvedModel) -> Backend:
 def _check_serves(model: ResolvedModel, name: str) -> None:
     """Refuse, in one line, a backend asked for that cannot run the model's family."""
     family = model.family
+    if model.task_adapters and name != "torch":
+        raise ConfigError(
+            f"model {model.served_name!r} picks LoRA task adapters in its own code "
+            f"({', '.join(model.task_adapters)}), which only torch runs: use --backend torch "
+            "or auto"
+        )
     if not family.runs_on(name):
         served = " or ".join(family.backends)
         raise ConfigError(

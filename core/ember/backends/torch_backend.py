@@ -206,6 +206,11 @@ class TorchBackend(TorchPlacement):
             kwargs = {"input_ids": ids, "attention_mask": mask}
             if self.takes_token_types:
                 kwargs["token_type_ids"] = torch.from_numpy(batch.token_type_ids).to(self.device)
+            if batch.adapter is not None:  # the model's own LoRA task adapter, every row
+                rows = (ids.shape[0],)
+                kwargs["adapter_mask"] = torch.full(
+                    rows, batch.adapter, dtype=torch.int32, device=self.device
+                )
             out = self._call(**kwargs)
             result = out.last_hidden_state if self.output == TOKEN_STATES else out.logits
             return {self.output: result.float().cpu().numpy()}

@@ -42,6 +42,11 @@ from ember.processors.text import Direction, TextTokenizer
 log = logging.getLogger(__name__)
 
 
+def _with_adapter(job: Callable[[], list], adapter: int) -> list:
+    """``job``'s tokens, each to run through the model's LoRA task adapter ``adapter``."""
+    return [replace(t, adapter=adapter) for t in job()]
+
+
 def _skip_prompt(
     encode: Callable[[], list], skip: int, processor: Any, direction: Direction
 ) -> list:
@@ -342,6 +347,9 @@ class Engine:
             skip = self._prompt_positions.get(prompt_name or model.default_prompt_name or "")
             if skip:  # the model pools without its prompt's tokens
                 job = partial(_skip_prompt, encode, skip, processor, truncation_direction)
+            adapter = model.task_adapters.get(prompt_name or model.default_prompt_name or "")
+            if adapter is not None:  # the prompt names a task: its LoRA adapter too
+                job = partial(_with_adapter, job, adapter)
         if modality == "text":
             prepare = self._prepare.tokenizing(job, sum(map(len, items)))
         rows, result = await self._run(prepare, output, len(items))

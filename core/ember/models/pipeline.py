@@ -47,6 +47,10 @@ def resolve_pipeline(files: ModelFiles, family: Family) -> ResolvedModel:
     width = pipeline_width(served_name, st_pooling, modes, dense)
     hidden = int(width or config.get("hidden_size") or config.get("d_model") or 0)
     st_cfg = files.st_config
+    prompts = {str(k): str(v) for k, v in (st_cfg.get("prompts") or {}).items()}
+    adapters = task_adapters(config)
+    if adapters and not prompts:  # the code's own instructions (jina's task_instructions)
+        prompts = {str(k): str(v) for k, v in (config.get("task_instructions") or {}).items()}
     return ResolvedModel(
         spec=replace(spec, task=task),
         path=hf_dir,
@@ -61,7 +65,7 @@ def resolve_pipeline(files: ModelFiles, family: Family) -> ResolvedModel:
         num_labels=num_labels,
         id2label=id2label,
         activation=classifier_activation(config, num_labels) if task == "classify" else "softmax",
-        prompts={str(k): str(v) for k, v in (st_cfg.get("prompts") or {}).items()},
+        prompts=prompts,
         default_prompt_name=st_cfg.get("default_prompt_name"),
         config=config,
         family=family,
@@ -70,4 +74,13 @@ def resolve_pipeline(files: ModelFiles, family: Family) -> ResolvedModel:
         include_prompt=st_pooling.include_prompt if st_pooling else True,
         dense_layers=dense,
         sparse_activation=modules.sparse_activation,
+        task_adapters=adapters,
     )
+
+
+def task_adapters(config: dict) -> dict[str, int]:
+    """LoRA task adapters a remote-code model selects in its own forward: config.json's
+    ``lora_adaptations`` (jina-embeddings-v3), each task's id its index, as its code's
+    ``_adaptation_map`` numbers them."""
+    names = config.get("lora_adaptations") if "auto_map" in config else None
+    return {str(name): index for index, name in enumerate(names or ())}

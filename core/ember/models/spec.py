@@ -128,7 +128,10 @@ class ResolvedModel:
     sparse_activation: SparseActivation = "relu"
     # A sentence-transformers Router's routes, each a model of its own (None: no Router).
     routes: Routes | None = None
-    # An LLM reranker's family, instruction and answer tokens (ember.models.llm_rerankers).
+    # A remote-code model's LoRA task adapters (jina-embeddings-v3's lora_adaptations): the
+    # id its forward takes as adapter_mask, by task name, each also a prompt name.
+    task_adapters: dict[str, int] = field(default_factory=dict)
+    # An LLM reranker's template, instruction and answer tokens (ember.models.llm_rerankers).
     llm: LlmReranker | None = None
 
     def __post_init__(self) -> None:

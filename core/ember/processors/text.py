@@ -60,6 +60,7 @@ def collate(tokens: Sequence[Tokens], pad_id: int) -> TokenBatch:
         lengths if custom_mask else None,
         keep if any(k is not None for k in keep) else None,
         pool_from if pool_from.any() else None,
+        adapter=tokens[0].adapter,  # one per batch: Tokens.key keeps adapters apart
     )
 
 
