@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ember import tracing
 from ember.capabilities import Output
 from ember.config import ServerSettings
 from ember.engine import Engine, EngineArray
@@ -30,6 +31,7 @@ from ember.jobs.inputs import InputSpec, Row
 from ember.jobs.lock import hold_output
 from ember.jobs.shards import Checkpoint, Dataset, id_type_of, shard_table
 from ember.models.spec import ModelSpec
+from ember.tracing import JOB_SPAN
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +120,7 @@ async def embed_rows(
                     exhausted = True
                     break
                 texts = [text for _, text in part]
-                call = engine.embed(texts, output=output, **options)
+                call = tracing.traced(JOB_SPAN, engine.embed(texts, output=output, **options))
                 window.append(([row_id for row_id, _ in part], asyncio.ensure_future(call)))
                 queued += len(part)
             if not window:
