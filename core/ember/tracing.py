@@ -98,9 +98,10 @@ def enabled() -> bool:
     return _tracer is not None
 
 
-def _epoch_ns(perf: float) -> int:
-    """A ``time.perf_counter()`` reading as the wall clock's nanoseconds, for span times."""
-    return time.time_ns() - int((time.perf_counter() - perf) * 1e9)
+def _epoch_offset_ns() -> int:
+    """What to add to ``time.perf_counter()`` nanoseconds for the wall clock's, for span
+    times; read once per request, so its stages meet end to start exactly."""
+    return time.time_ns() - time.perf_counter_ns()
 
 
 class RequestTrace:
@@ -138,6 +139,11 @@ class RequestTrace:
         serialisation (perf_counter start, end) where there was one."""
         tracer, span = self.tracer, self.span
         context = tracer.in_context(span)
+        offset = _epoch_offset_ns()
+
+        def ns(perf: float) -> int:
+            return offset + int(perf * 1e9)
+
         if timings.model:
             span.set_attribute("ember.model", timings.model)
         if timings.started:  # else nothing ran through the engine (a cache hit, /tokenize)
@@ -148,18 +154,18 @@ class RequestTrace:
                 (SPAN_QUEUE, timings.queue),
                 (SPAN_FORWARD, timings.forward),
             ):
-                child = tracer.tracer.start_span(name, context=context, start_time=_epoch_ns(at))
+                child = tracer.tracer.start_span(name, context=context, start_time=ns(at))
                 if name == SPAN_FORWARD:
                     child.set_attribute("ember.batch.size", timings.batch_size)
                     child.set_attribute("ember.batch.tokens", timings.batch_tokens)
                     child.set_attribute("ember.tokens", timings.tokens)
                 at += seconds
-                child.end(end_time=_epoch_ns(at))
+                child.end(end_time=ns(at))
         if serialize is not None:
             child = tracer.tracer.start_span(
-                SPAN_SERIALIZE, context=context, start_time=_epoch_ns(serialize[0])
+                SPAN_SERIALIZE, context=context, start_time=ns(serialize[0])
             )
-            child.end(end_time=_epoch_ns(serialize[1]))
+            child.end(end_time=ns(serialize[1]))
 
     def end(self, status: int) -> None:
         self.span.set_attribute("http.response.status_code", status)
