@@ -61,8 +61,9 @@ class Tracer:
                 )
         except ImportError as exc:
             raise ConfigError(
-                f"an OTLP endpoint is set but OpenTelemetry's {protocol} exporter is not "
-                f"installed ({exc.name}): {INSTALL_HINT}, or unset the endpoint"
+                f"an OTLP endpoint is set (tracing) but OpenTelemetry is not installed (no "
+                f"module {exc.name}, for the {protocol} exporter): {INSTALL_HINT}, or unset "
+                "the endpoint"
             ) from None
         if endpoint and protocol != "grpc":  # a base URL, as OTEL_EXPORTER_OTLP_ENDPOINT
             endpoint = endpoint.rstrip("/") + "/v1/traces"
@@ -72,7 +73,8 @@ class Tracer:
         # No sampler given: the SDK reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG
         # (default: parent-based, always on). The provider flushes its spans at exit.
         self.provider = TracerProvider(resource=resource)
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+        self.exporter = OTLPSpanExporter(endpoint=endpoint)
+        self.provider.add_span_processor(BatchSpanProcessor(self.exporter))
         self.tracer = self.provider.get_tracer("ember")
         self.propagator = TraceContextTextMapPropagator()
         self.server_kind, self.internal_kind = SpanKind.SERVER, SpanKind.INTERNAL
