@@ -31,7 +31,6 @@ from ember.jobs.inputs import InputSpec, Row
 from ember.jobs.lock import hold_output
 from ember.jobs.shards import Checkpoint, Dataset, id_type_of, shard_table
 from ember.models.spec import ModelSpec
-from ember.tracing import JOB_SPAN
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +119,8 @@ async def embed_rows(
                     exhausted = True
                     break
                 texts = [text for _, text in part]
-                call = tracing.traced(JOB_SPAN, engine.embed(texts, output=output, **options))
+                call = engine.embed(texts, output=output, **options)
+                call = tracing.traced(tracing.JOB_SPAN, call)  # a span per chunk, if on
                 window.append(([row_id for row_id, _ in part], asyncio.ensure_future(call)))
                 queued += len(part)
             if not window:
