@@ -291,6 +291,13 @@ class ServerSettings(BaseSettings):
         description="Bytes of downloaded media held at once, server-wide, until decoded; "
         "a request that would pass it gets 503.",
     )
+    otlp_endpoint: str | None = Field(
+        None,
+        description="OpenTelemetry: export traces over OTLP to this collector (a base URL, as "
+        "OTEL_EXPORTER_OTLP_ENDPOINT: gRPC by default, http/protobuf posts to <url>/v1/traces "
+        "when OTEL_EXPORTER_OTLP_PROTOCOL says so). Off unless this or an "
+        "OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set; needs `pip install 'ember[otel]'`.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="debug|info|warning|error."
     )
@@ -465,6 +472,29 @@ def _settings_error(exc: ValidationError, from_infinity: Mapping[str, Any]) -> C
     return ConfigError(
         f"{flag(name)} ({source}): {message[:1].lower()}{message[1:]}, got {error.get('input')!r}"
     )
+
+
+# The OpenTelemetry SDK reads its own OTEL_* variables (endpoint, headers, timeout, sampler,
+# service name, batch schedule); Ember reads only whether one names an endpoint (tracing on)
+# and the protocol, because the SDK's exporters are one class per protocol.
+OTEL_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+OTEL_PROTOCOLS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+OTLP_PROTOCOLS = ("grpc", "http/protobuf")
+
+
+def otlp_export(settings: ServerSettings) -> tuple[str | None, str] | None:
+    """Where traces go: (``--otlp-endpoint``, or None for the SDK's own variables; the
+    protocol), or None when tracing is off. The protocol defaults to gRPC, as the Python
+    SDK's ``otlp`` exporter, TEI's ``--otlp-endpoint`` and vLLM's do."""
+    if not settings.otlp_endpoint and not any(os.environ.get(v) for v in OTEL_ENDPOINTS):
+        return None
+    protocol = next((os.environ[v] for v in OTEL_PROTOCOLS if os.environ.get(v)), "grpc")
+    if protocol.strip() not in OTLP_PROTOCOLS:
+        raise ConfigError(
+            f"OTEL_EXPORTER_OTLP_PROTOCOL {protocol!r}: Ember exports traces over "
+            f"{' or '.join(OTLP_PROTOCOLS)}"
+        )
+    return settings.otlp_endpoint or None, protocol.strip()
 
 
 def env_var(field_name: str) -> str:

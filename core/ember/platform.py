@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from ember import tracing
 from ember.api import operations as ops
 from ember.api import schemas as s
 from ember.api.app import EmberApp, create_app
@@ -26,7 +28,7 @@ from ember.api.middleware import ASGIApp
 from ember.api.routes import ROUTES_BY_PATH, ModelRoute
 from ember.backends.choice import AUTO, choose_backend, exported_backend
 from ember.backends.registry import import_backend
-from ember.config import ServerSettings, settings_from_env
+from ember.config import ServerSettings, otlp_export, settings_from_env
 from ember.engine.array import EngineArray
 from ember.engine.loop import EngineLoop
 from ember.errors import BadRequest, ConfigError, EmberError, NotFound
@@ -34,7 +36,7 @@ from ember.heads.sparse import SparseVector
 from ember.jobs.fanout import ShardTask, fan_out, join_shards, plan_shards, run_shard
 from ember.jobs.inputs import InputSpec
 from ember.jobs.runner import JobOptions, embed_rows, job_identity, job_settings, run_embed_job
-from ember.logs import configure_logging
+from ember.logs import REQUEST_ID, configure_logging
 from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec, ResolvedModel
 
@@ -77,8 +79,11 @@ __all__ = [
 
 
 async def build_engines(settings: ServerSettings | None = None) -> EngineArray:
-    """Engines for every configured model, loaded and warmed."""
-    engines = EngineArray.from_settings(settings or settings_from_env())
+    """Engines for every configured model, loaded and warmed; tracing on where an OTLP
+    endpoint is set."""
+    settings = settings or settings_from_env()
+    tracing.configure(otlp_export(settings))
+    engines = EngineArray.from_settings(settings)
     await engines.start()
     return engines
 
@@ -101,15 +106,20 @@ def _plain(body: Any) -> Any:
 async def dispatch_route(
     engines: EngineArray, path: str, payload: Any, *, max_client_batch_size: int = 2048
 ) -> Any:
-    """Run the operation behind an HTTP path (``/v1/embeddings``, ``/rerank``, ...)."""
+    """Run the operation behind an HTTP path (``/v1/embeddings``, ``/rerank``, ...),
+    traced as the HTTP route is (a child of the adapter's own traced request, if any)."""
     if path in ("/v1/models", "/models"):
         return ops.models_list(engines)
     route = ROUTES_BY_PATH.get(path)
     if route is None:
         known = ", ".join(sorted({*ROUTES_BY_PATH, "/v1/models"}))
         raise NotFound(f"no route {path!r}; known routes: {known}", param="route")
-    reply = await route.operation(engines, _parse(route, payload), max_client_batch_size)
-    return _plain(reply.body)
+    with tracing.request(path, request_id=REQUEST_ID.get()):
+        reply = await route.operation(engines, _parse(route, payload), max_client_batch_size)
+        started = time.perf_counter()
+        body = _plain(reply.body)
+        tracing.stages(reply.timings, (started, time.perf_counter()))
+    return body
 
 
 def invocation_route(engines: EngineArray, payload: Any) -> str:

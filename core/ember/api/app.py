@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import State
 
 import ember
+from ember import tracing
 from ember.api import operations as ops
 from ember.api import responses as r
 from ember.api.docs import install_docs
@@ -41,7 +42,8 @@ from ember.api.middleware import (
 )
 from ember.api.request_ids import RequestIds
 from ember.api.routes import ROUTES, ROUTES_BY_PATH, ModelRoute, Operation
-from ember.config import ServerSettings, settings_from_env
+from ember.api.tracing import traced_requests
+from ember.config import ServerSettings, otlp_export, settings_from_env
 from ember.defaults import DEFAULT_MODEL_NAME
 from ember.engine.array import EngineArray
 from ember.errors import EmberError, Unavailable, error_body
@@ -113,6 +115,7 @@ async def run_operation(
     content = orjson.dumps(reply.body, option=orjson.OPT_SERIALIZE_NUMPY)
     serialize = time.perf_counter() - t0
     state.metrics.stage_seconds.labels("all", "serialize").observe(serialize)
+    tracing.stages(reply.timings, (t0, t0 + serialize))
     t = reply.timings
     headers = {
         "x-tokenization-time": _ms(t.tokenize),
@@ -209,6 +212,7 @@ def create_app(
     /health and /ready, answer without the API key.
     """
     settings = settings or settings_from_env()
+    tracing.configure(otlp_export(settings))
     engines = engines or EngineArray.from_settings(settings)
 
     @asynccontextmanager
@@ -382,7 +386,7 @@ def create_app(
             allow_headers=["Authorization", "Content-Type", "X-Request-Id"],
             expose_headers=["x-total-time", "x-inference-time", "x-queue-time", "x-request-id"],
         )
-    app.entry = RequestIds(app.entry)  # outermost: every answer carries the id
+    app.entry = RequestIds(traced_requests(app.entry))  # outermost: every answer has the id
     return app
 
 

@@ -57,6 +57,8 @@ class RowResult:
     row: Any
     queue_s: float
     forward_s: float
+    batch_size: int = 0  # inputs in the batch it ran in
+    batch_tokens: int = 0  # that batch's padded cost
 
 
 @dataclass(eq=False)
@@ -351,13 +353,14 @@ class Batcher:
             ended = time.perf_counter()
             forward_s = ended - started
             self.throughput.observe(len(live), started, ended)
+            padded = len(live) * max(it.cost for it in work)
             self.metrics.batch_size.labels(self.name).observe(len(live))
-            self.metrics.batch_tokens.labels(self.name).observe(
-                len(live) * max(it.cost for it in work)
-            )
+            self.metrics.batch_tokens.labels(self.name).observe(padded)
             for row, it in enumerate(live):
                 if not it.future.done():
-                    it.future.set_result(RowResult(out[row], started - it.enqueued_at, forward_s))
+                    it.future.set_result(
+                        RowResult(out[row], started - it.enqueued_at, forward_s, len(live), padded)
+                    )
         finally:
             Batcher.forwards_running -= 1
             self._slots.release()

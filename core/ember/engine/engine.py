@@ -501,7 +501,7 @@ class Engine:
         futures: list[asyncio.Future] = []
         try:
             tokens = await prepare()  # inline tokenising awaits nothing: no task, no switch
-            timings = Timings(tokenize=time.perf_counter() - t0)
+            timings = Timings(tokenize=time.perf_counter() - t0, started=t0)
             if time.perf_counter() >= deadline:
                 raise asyncio.TimeoutError
             pieces = [Piece(t, output) for t in tokens]
@@ -528,10 +528,13 @@ class Engine:
             raise
         timings.queue = max(r.queue_s for r in rows)
         timings.forward = max(r.forward_s for r in rows)
-        name = self.model.served_name
+        widest = max(rows, key=lambda r: r.batch_size)
+        timings.batch_size, timings.batch_tokens = widest.batch_size, widest.batch_tokens
+        name = timings.model = self.model.served_name
         self.metrics.stage_seconds.labels(name, "tokenize").observe(timings.tokenize)
         self.metrics.stage_seconds.labels(name, "queue").observe(timings.queue)
         self.metrics.stage_seconds.labels(name, "forward").observe(timings.forward)
         counts = [len(t) for t in tokens]
+        timings.tokens = sum(counts)
         result = Result(None, prompt_tokens=sum(counts), timings=timings, input_tokens=counts)
         return [r.row for r in rows], result

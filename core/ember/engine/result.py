@@ -9,11 +9,18 @@ from typing import Any
 
 @dataclass
 class Timings:
-    """Seconds per stage for one request; exposed as TEI-style response headers."""
+    """Seconds per stage for one request; exposed as TEI-style response headers, and
+    recorded after the fact as the request's trace spans (``ember.tracing``): the stages
+    follow one another from ``started``, with the batch the request's inputs ran in."""
 
     tokenize: float = 0.0
     queue: float = 0.0
     forward: float = 0.0
+    started: float = 0.0  # time.perf_counter() the engine call began; 0: nothing measured
+    model: str | None = None  # the served name of the model that ran
+    tokens: int = 0  # the request's own tokens
+    batch_size: int = 0  # inputs in the largest batch its inputs ran in
+    batch_tokens: int = 0  # that batch's padded cost (count x longest)
 
 
 @dataclass

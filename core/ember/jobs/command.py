@@ -33,6 +33,7 @@ EMBED_FIELDS = (
     "accept_token_ids",  # token ids in a batch file's bodies, as the server takes them
     "cache_dir",
     "log_level",
+    "otlp_endpoint",
 )
 
 
@@ -122,12 +123,15 @@ def run_embed(args: argparse.Namespace, settings: Any) -> int:
 
     import orjson
 
+    from ember import tracing
+    from ember.config import otlp_export
     from ember.errors import ConfigError
     from ember.jobs.inputs import InputSpec
     from ember.jobs.runner import JobOptions, embed_corpus
     from ember.logs import configure_logging
 
     configure_logging(settings.log_level, settings.json_logs)
+    tracing.configure(otlp_export(settings))  # a span per chunk of rows, or per batch line
     for name in ("shard_rows", "in_flight", "chunk_rows"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ember import tracing
 from ember.capabilities import Output
 from ember.config import ServerSettings
 from ember.engine import Engine, EngineArray
@@ -119,6 +120,7 @@ async def embed_rows(
                     break
                 texts = [text for _, text in part]
                 call = engine.embed(texts, output=output, **options)
+                call = tracing.traced(tracing.JOB_SPAN, call)  # a span per chunk, if on
                 window.append(([row_id for row_id, _ in part], asyncio.ensure_future(call)))
                 queued += len(part)
             if not window:
