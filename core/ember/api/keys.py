@@ -24,11 +24,13 @@ A file that does not parse on reload is logged and the table in force stays.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
+import signal
+import sys
 import time
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,11 @@ from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, before it joined the standard library
+    import tomli as tomllib
 
 from ember.api.limits import TokenBucket, retry_after
 from ember.errors import ConfigError, Forbidden, RateLimited, Unauthorized
@@ -346,3 +353,16 @@ def hash_command(stdin_key: str) -> str:
     if not key:
         raise ConfigError("ember keys hash: no key on stdin")
     return f'hash = "{hash_key(key)}"'
+
+
+def reload_on_sighup(store: KeyStore) -> Callable[[], None] | None:
+    """SIGHUP reloads the keys file (the event loop's handler, so it runs between requests);
+    the undo, or None where the loop cannot take signals (not the main thread, Windows)."""
+    if store.path is None:
+        return None
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGHUP, store.reload)
+    except (ValueError, RuntimeError, NotImplementedError, AttributeError):
+        return None
+    return lambda: loop.remove_signal_handler(signal.SIGHUP)
