@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     keys_sub.add_parser(
         "hash",
-        help="Read a key on stdin, print its `hash = \"sha256:...\"` line for the keys file "
+        help='Read a key on stdin, print its `hash = "sha256:..."` line for the keys file '
         "(on stdin, not as an argument, so the key stays out of the shell history).",
     )
     return parser

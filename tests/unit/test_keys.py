@@ -124,8 +124,8 @@ def test_reload_swaps_the_table_and_keeps_unchanged_keys(tmp_path: Path) -> None
     clock = Clock()
     first = f'name = "a"\nhash = "{hash_key("ka")}"\nrequests_per_second = 1'
     path = _write(tmp_path / "keys.toml", first)
-    store = KeyStore(Metrics(), path=path, clock=clock)
-    a = store.find(_bearer("ka"))
+    store = KeyStore(Metrics(), path=path, plain_key="plain", clock=clock)
+    a, plain = store.find(_bearer("ka")), store.find(_bearer("plain"))
     a.admit("/v1/embeddings")  # in flight across the reload
     _write(path, first, f'name = "c"\nhash = "{hash_key("kc")}"')
     store.poll()  # within POLL_SECONDS of the last look: no stat yet
@@ -135,6 +135,7 @@ def test_reload_swaps_the_table_and_keeps_unchanged_keys(tmp_path: Path) -> None
     store.poll()
     assert store.find(_bearer("kc")).name == "c"
     assert store.find(_bearer("ka")) is a  # unchanged: same buckets
+    assert store.find(_bearer("plain")) is plain
     path.write_text("[[keys]\n")  # a bad edit: the keys in force stay
     assert not store.reload() and store.find(_bearer("kc")).name == "c"
     _write(path, f'name = "c"\nhash = "{hash_key("kc")}"')
@@ -145,3 +146,9 @@ def test_reload_swaps_the_table_and_keeps_unchanged_keys(tmp_path: Path) -> None
     report = store.report()["keys"]
     assert report["a"]["active"] is False and report["a"]["statuses"] == {"200": 1}
     assert report["a"]["in_flight"] == 0
+
+
+def test_the_plain_key_in_the_file_takes_the_file_entry(tmp_path: Path) -> None:
+    path = _write(tmp_path / "keys.toml", f'name = "named"\nhash = "{hash_key("k")}"')
+    store = KeyStore(Metrics(), path=path, plain_key="k")
+    assert [key.name for key in store.table.values()] == ["named"]

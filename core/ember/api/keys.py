@@ -164,6 +164,7 @@ class Key:
         self.inputs = _bucket(entry.inputs_per_second, entry.inputs_burst)
         self.tokens = _bucket(entry.tokens_per_second, entry.tokens_burst)
         self._metrics = metrics
+        self._answers: dict[int, Any] = {}  # status -> its counter: labels() takes a lock
         self._inputs_total = metrics.key_inputs.labels(self.name)
         self._tokens_total = metrics.key_tokens.labels(self.name)
         self._in_flight = metrics.key_in_flight.labels(self.name)
@@ -209,7 +210,10 @@ class Key:
         code = str(status)
         self.usage.requests += 1
         self.usage.statuses[code] = self.usage.statuses.get(code, 0) + 1
-        self._metrics.key_requests.labels(self.name, code).inc()
+        counter = self._answers.get(status)
+        if counter is None:
+            counter = self._answers[status] = self._metrics.key_requests.labels(self.name, code)
+        counter.inc()
 
     def check_model(self, model: str) -> None:
         if self.models is not None and model not in self.models:
@@ -264,8 +268,9 @@ class KeyStore:
         if self.plain_key is None:
             return entries
         # --api-key: one more key, unnamed in the file, with no limits and not admin.
+        # The same key in the file too: the file's entry (its name and limits) wins.
         plain = KeyEntry.model_construct(name=PLAIN_KEY_NAME, hash=hash_key(self.plain_key))
-        return [plain, *(e for e in entries if e.hash != plain.hash)]
+        return entries if any(e.hash == plain.hash for e in entries) else [plain, *entries]
 
     def _install(self, entries: list[KeyEntry]) -> None:
         old = {key.name: key for key in self.table.values()}
