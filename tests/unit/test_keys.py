@@ -152,3 +152,13 @@ def test_the_plain_key_in_the_file_takes_the_file_entry(tmp_path: Path) -> None:
     path = _write(tmp_path / "keys.toml", f'name = "named"\nhash = "{hash_key("k")}"')
     store = KeyStore(Metrics(), path=path, plain_key="k")
     assert [key.name for key in store.table.values()] == ["named"]
+
+
+def test_ember_keys_hash_reads_the_key_on_stdin(monkeypatch, capsys) -> None:
+    import io
+
+    from ember.cli import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("sk-team-a\n"))
+    assert main(["keys", "hash"]) == 0
+    assert capsys.readouterr().out == f'hash = "{hash_key("sk-team-a")}"\n'
