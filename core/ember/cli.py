@@ -144,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
         },
     )
     add_embed_parser(sub, add_settings_arguments)
+    keys = sub.add_parser("keys", help="API keys for --api-keys-file.")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    keys_sub.add_parser(
+        "hash",
+        help='Read a key on stdin, print its `hash = "sha256:..."` line for the keys file '
+        "(on stdin, not as an argument, so the key stays out of the shell history).",
+    )
     return parser
 
 
@@ -285,6 +292,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return serve(settings_from_args(args))
         if args.command == "embed":
             return run_embed(args, settings_from_args(args))
+        if args.command == "keys":
+            from ember.api.keys import hash_command
+
+            print(hash_command(sys.stdin.readline()))
+            return 0
         return export(settings_from_args(args), args.output)
     except EmberError as exc:
         print(f"ember: error: {exc.message}", file=sys.stderr)

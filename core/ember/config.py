@@ -190,6 +190,12 @@ class ServerSettings(BaseSettings):
     api_key: str | None = Field(
         None, description="Require `Authorization: Bearer <key>` on model routes."
     )
+    api_keys_file: str | None = Field(
+        None,
+        description="TOML file of API keys (SHA-256 hashed), each with a name, allowed models "
+        "and routes, rate limits, a concurrency cap and its own usage; reloaded when it "
+        "changes or on SIGHUP. Works beside --api-key. See README, API keys.",
+    )
     payload_limit: int = Field(
         2_000_000, description="Largest request body in bytes; larger gets 413."
     )

@@ -45,6 +45,13 @@ class Unauthorized(EmberError):
     type = "authentication_error"
 
 
+class Forbidden(EmberError):
+    """An API key that is known but not allowed this model or route."""
+
+    status_code = 403
+    type = "permission_error"
+
+
 class NotFound(EmberError):
     status_code = 404
     type = "not_found_error"
@@ -63,6 +70,15 @@ class Overloaded(EmberError):
 
     status_code = 429
     type = "rate_limit_error"
+
+
+class RateLimited(Overloaded):
+    """An API key over one of its own limits (``--api-keys-file``): the message names the
+    limit, ``retry_after`` says when the key may send again."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class RequestTimeout(EmberError):

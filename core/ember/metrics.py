@@ -77,3 +77,29 @@ class Metrics:
         self.cache_entries = Gauge(
             "ember_cache_entries", "Entries the embedding cache holds", registry=r
         )
+        # Per API key (--api-keys-file; --api-key is the key named "--api-key").
+        self.key_requests = Counter(
+            "ember_key_requests",
+            "Requests by API key name and answer status (errors included)",
+            ["key", "status"],
+            registry=r,
+        )
+        self.key_inputs = Counter(
+            "ember_key_inputs",
+            "Inputs the engine served per API key (texts, images, rerank documents; cache hits "
+            "included)",
+            ["key"],
+            registry=r,
+        )
+        self.key_tokens = Counter(
+            "ember_key_tokens", "Tokens of the inputs served per API key", ["key"], registry=r
+        )
+        self.key_rate_limited = Counter(
+            "ember_key_rate_limited",
+            "Requests refused with 429 by their API key's own limit, by key and limit",
+            ["key", "limit"],
+            registry=r,
+        )
+        self.key_in_flight = Gauge(
+            "ember_key_in_flight", "Requests in flight per API key", ["key"], registry=r
+        )

@@ -143,11 +143,14 @@ def load_settings(env: Mapping[str, str]) -> ServerSettings:
     update: dict[str, Any] = {"port": port, "request_timeout": timeout}
     if payload is not None:
         update["payload_limit"] = payload
-    if settings.api_key:
-        # SageMaker authenticates InvokeEndpoint with IAM and forwards no Authorization
-        # header, and /ping cannot carry one: a key would lock SageMaker out.
-        log.warning("EMBER_API_KEY is ignored on SageMaker: endpoints are IAM-authenticated")
-        update["api_key"] = None
+    # SageMaker authenticates InvokeEndpoint with IAM and forwards no Authorization header,
+    # and /ping cannot carry one: a key would lock SageMaker out.
+    for name in ("api_key", "api_keys_file"):
+        if getattr(settings, name):
+            log.warning(
+                "EMBER_%s is ignored on SageMaker: endpoints are IAM-authenticated", name.upper()
+            )
+            update[name] = None
     return settings.model_copy(update=update)
 
 

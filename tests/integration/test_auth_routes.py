@@ -80,6 +80,7 @@ async def test_only_documented_reads_pass_without_the_key(minilm_path: Path, que
     app = _app(minilm_path)
     model_paths = {p for route in ROUTES for p in route.paths}
     assert "/" in model_paths and model_paths <= _paths(app)
+    assert "/admin/usage" in _paths(app)  # walked too: guarded, and --api-key is no admin
     assert await _open_requests(app, query=query) == _expected(_paths(app))
     transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:

@@ -86,6 +86,8 @@ def test_every_route_lists_its_statuses_with_the_error_shape() -> None:
         for status, model in others.items():
             schema = responses[str(status)]["content"]["application/json"]["schema"]
             assert schema == {"$ref": f"#/components/schemas/{model.__name__}"}, path
+    usage = spec["paths"]["/admin/usage"]["get"]["responses"]
+    assert set(usage) == {"200", "401", "403", *map(str, r.CONNECTION_ERRORS)}
     metrics = spec["paths"]["/metrics"]["get"]["responses"]
     assert set(metrics) == {"200", *map(str, r.CONNECTION_ERRORS)}
     assert list(metrics["200"]["content"]) == ["text/plain"]
@@ -161,3 +163,22 @@ async def test_integers_are_integers(engines: Any) -> None:  # noqa: F811
                     sent = {**body, field: [value] if field == "ids" else value}
                 answer = await client.post(path, json=sent)
                 assert answer.status_code == 422, (path, field, value, answer.text)
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_usage_report_fits_its_documented_model(engines: Any, tmp_path) -> None:  # noqa: F811
+    from ember.api.keys import hash_key
+
+    settings, array = engines
+    keys = tmp_path / "keys.toml"
+    keys.write_text(f'[[keys]]\nname = "ops"\nhash = "{hash_key("k")}"\nadmin = true\n')
+    app = create_app(settings.model_copy(update={"api_keys_file": str(keys)}), array)
+    transport = httpx.ASGITransport(app=app)
+    auth = {"Authorization": "Bearer k"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", headers=auth) as c:
+        assert (await c.post("/v1/embeddings", json={"model": "minilm", "input": "a"})).is_success
+        answer = await c.get("/admin/usage")
+    assert answer.status_code == 200, answer.text
+    adapter = TypeAdapter(r.UsageReport)
+    assert _documented(adapter, answer.json()) == answer.json()
+    assert answer.json()["keys"]["ops"]["inputs"] == 1

@@ -15,9 +15,7 @@ async def _never(scope: dict, receive: object, send: object) -> None:
 
 
 def test_a_websocket_gets_the_error_shape_through_the_denial_extension() -> None:
-    edge = EdgeMiddleware(
-        _never, api_key="key", payload_limit=1024, metrics=Metrics(), known_paths=set
-    )
+    edge = EdgeMiddleware(_never, keys=None, payload_limit=1024, metrics=Metrics(), known_paths=set)
     client = TestClient(edge)  # not entered: no lifespan for the stub behind the edge
     with pytest.raises(WebSocketDenialResponse) as denial, client.websocket_connect("/v1/x"):
         pass

@@ -30,6 +30,7 @@ from ember.api.errors import (
     install_error_handlers,
 )
 from ember.api.fastpath import ModelRouteFastPath
+from ember.api.keys import key_store, reload_on_sighup
 from ember.api.middleware import (
     LIVENESS,
     OPEN_PATHS,
@@ -214,14 +215,18 @@ def create_app(
     settings = settings or settings_from_env()
     tracing.configure(otlp_export(settings))
     engines = engines or EngineArray.from_settings(settings)
+    keys = key_store(engines.metrics, settings.api_keys_file, settings.api_key)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.load_error = None
         loader = asyncio.create_task(_load(app))
+        unhook = reload_on_sighup(keys) if keys is not None else None
         try:
             yield
         finally:
+            if unhook is not None:
+                unhook()
             loader.cancel()
             await engines.stop()
 
@@ -343,6 +348,19 @@ def create_app(
     async def metrics() -> Response:
         return Response(generate_latest(engines.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    @app.get(
+        "/admin/usage",
+        tags=["Operations"],
+        summary="Usage per API key since start (needs an admin key from --api-keys-file)",
+        response_class=Response,
+        responses={
+            200: {"model": r.UsageReport, "description": "Every key name seen"},
+            **r.error_responses((401, 403)),
+        },
+    )
+    async def admin_usage() -> Response:
+        return _json(keys.report() if keys is not None else {"keys": {}})
+
     @app.get("/", include_in_schema=False)
     async def root(request: Request) -> Response:
         """A browser opening the server's address lands on the docs (as on Infinity)."""
@@ -364,7 +382,7 @@ def create_app(
     )
     app.entry = EdgeMiddleware(
         fast_path,
-        api_key=settings.api_key,
+        keys=keys,
         payload_limit=settings.payload_limit,
         metrics=engines.metrics,
         known_paths=known_paths,

@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from ember.errors import EmberError, error_body
+from ember.errors import EmberError, RateLimited, error_body
 from ember.logs import RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -21,6 +21,7 @@ _disconnects = RateLimitedLog(log, interval=5.0)
 
 _HTTP_TYPES = {
     401: "authentication_error",
+    403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
@@ -50,7 +51,10 @@ def client_gone_response(answered: int | None = None) -> Response:
 
 
 def ember_error_response(exc: EmberError) -> Response:
-    return error_response(exc.status_code, exc.to_body(), _STATUS_HEADERS.get(exc.status_code))
+    headers = _STATUS_HEADERS.get(exc.status_code)
+    if isinstance(exc, RateLimited):
+        headers = {"Retry-After": str(exc.retry_after)}
+    return error_response(exc.status_code, exc.to_body(), headers)
 
 
 def validation_message(errors: list[dict]) -> tuple[int, str, str | None]:

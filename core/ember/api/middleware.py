@@ -1,11 +1,11 @@
-"""ASGI edge: API key, payload limit and request metrics, before any routing or parsing.
+"""ASGI edge: API keys and their limits, payload limit and request metrics, before any
+routing or parsing.
 
 Pure ASGI (no BaseHTTPMiddleware) so it adds no task or copy per request.
 """
 
 from __future__ import annotations
 
-import hmac
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -14,7 +14,9 @@ import orjson
 
 from ember.api.docs import DOCS_PATHS
 from ember.api.errors import ember_error_response
-from ember.errors import EmberError, PayloadTooLarge, Unauthorized, error_body
+from ember.api.keys import ADMIN_PATHS, Key, KeyStore
+from ember.callers import CALLER
+from ember.errors import EmberError, Forbidden, PayloadTooLarge, error_body
 from ember.metrics import Metrics
 
 Scope = MutableMapping[str, Any]
@@ -109,14 +111,14 @@ class EdgeMiddleware:
         self,
         app: ASGIApp,
         *,
-        api_key: str | None,
+        keys: KeyStore | None,
         payload_limit: int,
         metrics: Metrics,
         known_paths: Callable[[], set[str]],
         open_paths: frozenset[str] = OPEN_PATHS,
     ) -> None:
         self.app = app
-        self.api_key = api_key.encode() if api_key else None
+        self.keys = keys  # None: no key configured, every route open
         self.open_paths = open_paths
         self.payload_limit = payload_limit
         self.metrics = metrics
@@ -142,14 +144,25 @@ class EdgeMiddleware:
                 status_seen["status"] = message["status"]
             await send(message)
 
+        key: Key | None = None
+        admitted = False
         try:
-            self._check_key(scope, path)
+            key = self._key(scope, path)
+            if key is not None:
+                key.admit(path)
+                admitted = True
             receive = await self._limited(scope, receive)
         except EmberError as exc:
             await ember_error_response(exc)(scope, receive, send_tracking)
         else:
-            await self.app(scope, receive, send_tracking)
+            caller = CALLER.set(key)  # the engine checks the model and reports usage to it
+            try:
+                await self.app(scope, receive, send_tracking)
+            finally:
+                CALLER.reset(caller)
         finally:
+            if key is not None:
+                key.finish(status_seen["status"], admitted)
             count, seconds = self._series_for(route, str(status_seen["status"]))
             count.inc()
             seconds.observe(time.perf_counter() - started)
@@ -164,17 +177,17 @@ class EdgeMiddleware:
             self._series[(route, status)] = series
         return series
 
-    def _check_key(self, scope: Scope, path: str) -> None:
-        if self.api_key is None or is_open(scope.get("method", ""), path, self.open_paths):
-            return
-        header = b""
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                header = value
-                break
-        scheme, _, token = header.partition(b" ")
-        if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.api_key):
-            raise Unauthorized("missing or wrong API key: send `Authorization: Bearer <key>`")
+    def _key(self, scope: Scope, path: str) -> Key | None:
+        """The request's key (None on an open read, or with no keys configured), or
+        Unauthorized. Without any key, the admin routes have no admin to answer."""
+        if self.keys is None:
+            if path in ADMIN_PATHS:
+                raise Forbidden(f"{path} needs an admin key from --api-keys-file")
+            return None
+        if is_open(scope.get("method", ""), path, self.open_paths):
+            return None
+        self.keys.poll()
+        return self.keys.find(scope.get("headers", ()))
 
     async def _limited(self, scope: Scope, receive: Receive) -> Receive:
         """Refuse bodies over the limit: by Content-Length, or by counting a chunked body."""

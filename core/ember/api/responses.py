@@ -33,14 +33,17 @@ class ErrorResponse(BaseModel):
 ERROR_DESCRIPTIONS: dict[int, str] = {
     400: "Malformed JSON, or a request the model cannot serve: a task or output it lacks, "
     "text over its max tokens with `truncate: false`, no `model` with several served.",
-    401: "Missing or wrong API key (with `--api-key`).",
+    401: "Missing or wrong API key (with `--api-key` or `--api-keys-file`).",
+    403: "The API key may not use this model or route (`--api-keys-file`), or the route "
+    "needs an admin key.",
     408: "Any route: the request head did not arrive within `--header-timeout`, or its body "
     "stalled for `--body-timeout`; the connection closes.",
     404: "`model` names no served model.",
     413: "Body over `--payload-limit`, or more inputs than `--max-client-batch-size`.",
     422: "The body does not fit the schema.",
     431: "Any route: the request head is over 16 KiB or 100 header lines.",
-    429: "The model cannot take the request in time (queue full or too long a wait); retry.",
+    429: "The model cannot take the request in time (queue full or too long a wait), or the "
+    "API key is over one of its own limits (the message names it); retry after `Retry-After`.",
     500: "A forward pass failed (only the requests in its batch), or an internal error.",
     499: "Never read by a client: what the metrics and the log record when the client left "
     "before its answer (its queued inputs are dropped).",
@@ -55,12 +58,13 @@ ERROR_HEADERS: dict[int, dict[str, Any]] = {
 }
 
 # The statuses a route can answer besides 200, derived from the request path: the edge
-# (401, 413), validation (400 malformed JSON, 422), the engine array (400, 404), the batch
-# limit (413), admission and deadline (429, 504), loading (503), a failed forward (500),
-# a client gone before its answer (499, recorded only).
-MODEL_ERRORS = (400, 401, 404, 413, 422, 429, 499, 500, 503, 504)
-# /tokenize and /decode run on the tokenizer only: no queue, so no 429 or 504.
-TOKENIZER_ERRORS = (400, 401, 404, 413, 422, 499, 500, 503)
+# (401, 403 and 429 by the key's own rules, 413), validation (400 malformed JSON, 422), the
+# engine array (400, 404, 403 for a model the key may not use), the batch limit (413),
+# admission and deadline (429, 504), loading (503), a failed forward (500), a client gone
+# before its answer (499, recorded only).
+MODEL_ERRORS = (400, 401, 403, 404, 413, 422, 429, 499, 500, 503, 504)
+# /tokenize and /decode run on the tokenizer only: no queue, so no 504 (429 only by a key).
+TOKENIZER_ERRORS = (400, 401, 403, 404, 413, 422, 429, 499, 500, 503)
 # What the connection layer (ember.api.connections) answers on any route, before routing.
 CONNECTION_ERRORS = (408, 431, 503)
 
@@ -347,6 +351,20 @@ class HealthNotReady(BaseModel):
 
 class LiveResponse(BaseModel):
     status: Literal["alive"]
+
+
+class KeyUsageReport(BaseModel):
+    requests: int = Field(description="Requests answered, every status.")
+    inputs: int = Field(description="Inputs the engine served (cache hits included).")
+    tokens: int
+    statuses: dict[str, int] = Field(description="Requests by answer status.")
+    errors: dict[str, int] = Field(description="Requests answered 4xx or 5xx, by status.")
+    in_flight: int
+    active: bool = Field(description="False once a reload revoked the key.")
+
+
+class UsageReport(BaseModel):
+    keys: dict[str, KeyUsageReport]
 
 
 class ReadyResponse(BaseModel):

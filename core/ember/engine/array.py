@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from ember.backends import load_backend
 from ember.backends.base import Backend
+from ember.callers import CALLER
 from ember.capabilities import Capability
 from ember.config import ServerSettings
 from ember.defaults import CACHE_MAX_BYTES
@@ -81,7 +82,11 @@ class EngineArray:
         return [e.name for e in self.engines]
 
     def get(self, name: str | None) -> Engine:
-        """One model: any name is accepted (as Infinity and TEI do). Several: exact match."""
+        """One model: any name is accepted (as Infinity and TEI do). Several: exact match.
+        Forbidden when the request's API key may not use it."""
+        return _allowed(self._find(name))
+
+    def _find(self, name: str | None) -> Engine:
         if len(self.engines) == 1:
             return self.engines[0]
         for engine in self.engines:
@@ -100,7 +105,7 @@ class EngineArray:
         if not name and len(self.engines) > 1:
             doing = [e for e in self.engines if e.model is not None and e.family.does(capability)]
             if len(doing) == 1:
-                return doing[0]
+                return _allowed(doing[0])
         return self.get(name)
 
     def tokenizing(self, name: str | None) -> Engine:
@@ -108,14 +113,15 @@ class EngineArray:
         tokenises (every loaded one does): ``/tokenize`` and ``/decode`` need no model."""
         if not name and len(self.engines) > 1:
             loaded = [e for e in self.engines if e.processor is not None]
-            return (loaded or self.engines)[0]  # none yet: its calls answer "still loading"
+            # none loaded yet: its calls answer "still loading"
+            return _allowed((loaded or self.engines)[0])
         return self.get(name)
 
     def capabilities(self, name: str | None) -> set[Capability]:
         """What the named model can do; with no name, what any loaded model can do."""
         if name:
             try:
-                engine = self.get(name)
+                engine = self._find(name)
             except NotFound:
                 return set()
             return set(engine.family.capabilities) if engine.model is not None else set()
@@ -126,3 +132,11 @@ class EngineArray:
 
     def __iter__(self) -> Iterator[Engine]:
         return iter(self.engines)
+
+
+def _allowed(engine: Engine) -> Engine:
+    """``engine``, if the request's API key (``ember.callers.CALLER``) may use it."""
+    caller = CALLER.get()
+    if caller is not None:
+        caller.check_model(engine.name)
+    return engine

@@ -19,6 +19,7 @@ import numpy as np
 
 from ember.backends import load_backend
 from ember.backends.base import Backend
+from ember.callers import charge
 from ember.capabilities import Modality, Output
 from ember.cpu import lower_thread_priority
 from ember.engine.batcher import Batcher, padding_budget_for
@@ -64,6 +65,13 @@ def _skip_prompt(
 
 
 CPU_WARM_UP_LENGTH = 64
+
+
+def _served(inputs: int, result: Result) -> Result:
+    """``result``, its inputs and tokens reported to the request's API key (its usage and
+    its inputs/tokens rate limits): what a request served, counted once per engine call."""
+    charge(inputs, result.prompt_tokens)
+    return result
 
 
 def _retrieved(future: asyncio.Future) -> None:
@@ -255,11 +263,11 @@ class Engine:
             "max_tokens": max_tokens,
         }
         if self.cache is None or self._identity is None or self.model is None:
-            return await self._embed(inputs, **options)
+            return _served(len(inputs), await self._embed(inputs, **options))
         options["output"] = output or self.family.embedding
         if options["output"] in (None, "logits"):  # refused by _embed, uncounted
             return await self._embed(inputs, **options)
-        return await embed_through(
+        result = await embed_through(
             self.cache,
             self.name,
             self._identity,
@@ -267,6 +275,7 @@ class Engine:
             options,
             lambda items: self._embed(items, **options),
         )
+        return _served(len(inputs), result)
 
     async def _embed(
         self,
@@ -404,7 +413,7 @@ class Engine:
                 )
             rows, result = await self._run(prepare, "multi", 1 + len(docs))
             result.outputs = np.array([maxsim(rows[0], d) for d in rows[1:]], dtype=np.float64)
-            return result
+            return _served(len(docs), result)
         if modality != "text":
             self.family.require_modality(modality, self.name)
         pairs = [(query, doc) for doc in documents]
@@ -420,7 +429,7 @@ class Engine:
             len(pairs),
         )
         result.outputs = postprocess.rerank_scores(np.stack(rows), raw=raw_scores)
-        return result
+        return _served(len(pairs), result)
 
     async def classify(
         self, texts: Sequence[str], *, raw_scores: bool = False, truncate: bool = True
@@ -439,7 +448,7 @@ class Engine:
         scores = postprocess.label_scores(
             np.stack(rows), model.id2label, raw=raw_scores, activation=model.activation
         )
-        return scores, result
+        return scores, _served(len(texts), result)
 
     async def tokenize(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list:
         processor = self.processor
