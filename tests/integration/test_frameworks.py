@@ -1,0 +1,123 @@
+"""docs/frameworks.md's snippets, run with the frameworks' own clients against a real server.
+
+The frameworks pin packages that clash with Ember's venv, so they live in a venv of their own
+(benchmarks/.venv-frameworks, built here from tests/frameworks/requirements.txt with --no-deps:
+that file is the whole install, and holds no torch). A venv built from the same file is reused;
+a failed or slow build fails the tests, it never skips them. All snippets run in one
+subprocess (one import of each framework); each is then checked on its own: vectors equal to
+/v1/embeddings within 1e-5, ranking (order and scores) equal to /v1/rerank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import API_KEY
+from tests.support import REPO, ServerProcess
+
+PAGE = REPO / "docs" / "frameworks.md"
+REQUIREMENTS = REPO / "tests" / "frameworks" / "requirements.txt"
+RUNNER = REPO / "tests" / "frameworks" / "run_snippets.py"
+VENV = REPO / "benchmarks" / ".venv-frameworks"
+INSTALL_TIMEOUT_S = 420
+# What the page says -> what the test server serves.
+PLACEHOLDERS = {
+    "sentence-transformers/all-MiniLM-L6-v2": "minilm",
+    "cross-encoder/ms-marco-MiniLM-L6-v2": "reranker",
+    "my-key": API_KEY,
+}
+# The frameworks' own network calls at import (LiteLLM's price list from GitHub, telemetry):
+# off, so the run needs only the server.
+OFFLINE = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "HAYSTACK_TELEMETRY_ENABLED": "False",
+    "ANONYMIZED_TELEMETRY": "False",
+    "DSP_CACHEBOOL": "False",
+}
+NAMES = re.findall(r"<!-- snippet: ([\w-]+) -->", PAGE.read_text())
+
+
+def _pins() -> list[str]:
+    return [ln for ln in REQUIREMENTS.read_text().splitlines() if ln and not ln.startswith("#")]
+
+
+def test_pins_are_exact_and_hold_no_torch() -> None:
+    """--no-deps installs exactly this list: every line must pin, and none be torch/CUDA."""
+    pins = _pins()
+    assert pins and all(re.fullmatch(r"[A-Za-z0-9._-]+==[\w.+!-]+", p) for p in pins), pins
+    assert not [p for p in pins if re.match(r"(torch|nvidia|triton)\b", p, re.I)]
+
+
+def _venv_python() -> Path:
+    """Build (or reuse) the frameworks' venv; any failure fails the tests that need it."""
+    python, stamp = VENV / "bin" / "python", VENV / "requirements.txt"
+    if python.exists() and stamp.exists() and stamp.read_text() == REQUIREMENTS.read_text():
+        return python
+    shutil.rmtree(VENV, ignore_errors=True)
+    steps = [
+        [sys.executable, "-m", "venv", str(VENV)],
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "-r", str(REQUIREMENTS)],
+        [str(python), "-m", "pip", "check"],
+    ]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+        assert done.returncode == 0, f"{step}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    shutil.copyfile(REQUIREMENTS, stamp)
+    return python
+
+
+@pytest.fixture(scope="module")
+def results(server: ServerProcess) -> dict[str, dict]:
+    python = _venv_python()
+    subs = {"http://localhost:7997": server.url, **PLACEHOLDERS}
+    # HF_HUB_OFFLINE (set for the suite) would make huggingface_hub refuse even our server.
+    dropped = ("PYTHONPATH", "HF_HUB_OFFLINE")
+    env = {k: v for k, v in os.environ.items() if k not in dropped} | OFFLINE
+    done = subprocess.run(
+        [str(python), str(RUNNER), str(PAGE), json.dumps(subs)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=Path(os.environ.get("TMPDIR", "/tmp")),
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def test_the_page_has_a_snippet_per_framework() -> None:
+    for framework in ("langchain", "llamaindex", "haystack", "litellm", "dspy"):
+        assert any(n.startswith(framework) for n in NAMES), framework
+
+
+def _post(server: ServerProcess, path: str, body: dict) -> dict:
+    with server.client() as http:
+        answer = http.post(path, json=body)
+    answer.raise_for_status()
+    return answer.json()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_snippet(server: ServerProcess, results: dict[str, dict], name: str) -> None:
+    got = results[name]
+    assert "error" not in got, got.get("error")
+    if "vectors" in got:
+        own = _post(server, "/v1/embeddings", {"model": "minilm", "input": got["texts"]})["data"]
+        assert len(got["vectors"]) == len(own)
+        np.testing.assert_allclose(got["vectors"], [d["embedding"] for d in own], atol=1e-5)
+    else:
+        body = {"model": "reranker", "query": got["query"], "documents": got["documents"]}
+        own = _post(server, "/v1/rerank", {**body, "top_n": len(got["ranking"])})["results"]
+        assert [i for i, _ in got["ranking"]] == [r["index"] for r in own]
+        np.testing.assert_allclose(
+            [s for _, s in got["ranking"]], [r["relevance_score"] for r in own], atol=1e-5
+        )
