@@ -66,11 +66,16 @@ def _venv_python() -> Path:
     steps = [
         [sys.executable, "-m", "venv", str(VENV)],
         [str(python), "-m", "pip", "install", "-q", "--no-deps", "-r", str(REQUIREMENTS)],
-        [str(python), "-m", "pip", "check"],
     ]
     for step in steps:
         done = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
         assert done.returncode == 0, f"{step}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    check = subprocess.run(
+        [python, "-m", "pip", "check"], capture_output=True, text=True, timeout=120
+    )
+    # chromadb alone is installed without its database's tree (see the requirements file).
+    broken = [ln for ln in check.stdout.splitlines() if not ln.startswith("chromadb ")]
+    assert not broken, check.stdout
     shutil.copyfile(REQUIREMENTS, stamp)
     return python
 
