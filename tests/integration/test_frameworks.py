@@ -99,9 +99,10 @@ def results(server: ServerProcess) -> dict[str, dict]:
     return json.loads(done.stdout)
 
 
-def test_the_page_has_a_snippet_per_framework() -> None:
-    for framework in ("langchain", "llamaindex", "haystack", "litellm", "dspy"):
+def test_the_page_has_a_snippet_per_framework_and_the_readme_links_it() -> None:
+    for framework in ("langchain", "llamaindex", "haystack", "chroma", "litellm", "dspy"):
         assert any(n.startswith(framework) for n in NAMES), framework
+    assert "(docs/frameworks.md)" in (REPO / "README.md").read_text()
 
 
 def _post(server: ServerProcess, path: str, body: dict) -> dict:
