@@ -2,10 +2,12 @@
 
 Runs under the frameworks' own Python (not Ember's venv), so it imports nothing from Ember or
 the tests. Usage: run_snippets.py PAGE SUBSTITUTIONS_JSON. Each snippet is the ```python block
-after a ``<!-- snippet: NAME -->`` line; the page's placeholders (URL, key, model names) are
-replaced by the test server's. A snippet leaves ``texts`` and ``vectors`` (embedders) or
-``query``, ``documents`` and ``ranking`` ([(index, score)] best first, rerankers); one that
-raises reports its traceback, so one broken framework does not hide the others.
+after a ``<!-- snippet: NAME -->`` line (``<!-- snippet: NAME (no key) -->`` for a client that
+cannot send a key); the page's placeholders (URL, key, model names) are replaced by the test
+server's (SUBSTITUTIONS_JSON maps "key" and "no key" to a placeholder -> value map each).
+A snippet leaves ``texts`` and ``vectors`` (embedders) or ``query``, ``documents`` and
+``ranking`` ([(index, score)] best first, rerankers); one that raises reports its traceback,
+so one broken framework does not hide the others.
 """
 
 from __future__ import annotations
@@ -17,13 +19,21 @@ import sys
 import traceback
 from pathlib import Path
 
-SNIPPET = re.compile(r"<!-- snippet: (?P<name>[\w-]+) -->\n```python\n(?P<code>.*?)```", re.S)
+SNIPPET = re.compile(
+    r"<!-- snippet: (?P<name>[\w-]+)(?P<nokey> \(no key\))? -->\n```python\n(?P<code>.*?)```", re.S
+)
 KEPT = ("texts", "vectors", "query", "documents", "ranking")
 
 
-def snippets(page: str) -> dict[str, str]:
-    """Name -> code of each tagged block, in page order."""
-    return {m["name"]: m["code"] for m in SNIPPET.finditer(page)}
+def snippets(page: str, subs: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Name -> code of each tagged block, in page order, with its server's values put in."""
+    found = {}
+    for m in SNIPPET.finditer(page):
+        code = m["code"]
+        for placeholder, value in subs["no key" if m["nokey"] else "key"].items():
+            code = code.replace(placeholder, value)
+        found[m["name"]] = code
+    return found
 
 
 def run(code: str) -> dict[str, object]:
@@ -44,9 +54,7 @@ def run(code: str) -> dict[str, object]:
 
 def main() -> None:
     page = Path(sys.argv[1]).read_text()
-    for placeholder, value in json.loads(sys.argv[2]).items():
-        page = page.replace(placeholder, value)
-    results = {name: run(code) for name, code in snippets(page).items()}
+    results = {name: run(code) for name, code in snippets(page, json.loads(sys.argv[2])).items()}
     print(json.dumps(results))
 
 

@@ -16,13 +16,14 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.conftest import API_KEY
-from tests.support import REPO, ServerProcess
+from tests.support import REPO, ServerProcess, start_server
 
 PAGE = REPO / "docs" / "frameworks.md"
 REQUIREMENTS = REPO / "tests" / "frameworks" / "requirements.txt"
@@ -43,7 +44,9 @@ OFFLINE = {
     "ANONYMIZED_TELEMETRY": "False",
     "DSP_CACHEBOOL": "False",
 }
-NAMES = re.findall(r"<!-- snippet: ([\w-]+) -->", PAGE.read_text())
+TAGS = re.findall(r"<!-- snippet: ([\w-]+)( \(no key\))? -->", PAGE.read_text())
+NAMES = [name for name, _ in TAGS]
+NO_KEY = {name for name, no_key in TAGS if no_key}
 
 
 def _pins() -> list[str]:
@@ -81,9 +84,19 @@ def _venv_python() -> Path:
 
 
 @pytest.fixture(scope="module")
-def results(server: ServerProcess) -> dict[str, dict]:
+def keyless_server(minilm_path: Path) -> Iterator[ServerProcess]:
+    """MiniLM without --api-key, for the clients that cannot send one."""
+    with start_server(["--model-id", str(minilm_path), "--served-model-name", "minilm"]) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def results(server: ServerProcess, keyless_server: ServerProcess) -> dict[str, dict]:
     python = _venv_python()
-    subs = {"http://localhost:7997": server.url, **PLACEHOLDERS}
+    subs = {
+        "key": {"http://localhost:7997": server.url, **PLACEHOLDERS},
+        "no key": {"http://localhost:7997": keyless_server.url, **PLACEHOLDERS},
+    }
     # HF_HUB_OFFLINE (set for the suite) would make huggingface_hub refuse even our server.
     dropped = ("PYTHONPATH", "HF_HUB_OFFLINE")
     env = {k: v for k, v in os.environ.items() if k not in dropped} | OFFLINE
@@ -113,8 +126,12 @@ def _post(server: ServerProcess, path: str, body: dict) -> dict:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_snippet(server: ServerProcess, results: dict[str, dict], name: str) -> None:
+def test_snippet(
+    server: ServerProcess, keyless_server: ServerProcess, results: dict[str, dict], name: str
+) -> None:
     got = results[name]
+    if name in NO_KEY:
+        server = keyless_server
     assert "error" not in got, got.get("error")
     if "vectors" in got:
         own = _post(server, "/v1/embeddings", {"model": "minilm", "input": got["texts"]})["data"]
