@@ -249,6 +249,15 @@ class Family:
             )
 
 
+def plain(task: Task) -> Callable[[ModelFiles], bool]:
+    """``detect`` of a plain family, by the task alone (asked last: no media towers)."""
+
+    def detect(files: ModelFiles) -> bool:
+        return files.task == task and not files.towers
+
+    return detect
+
+
 def never(files: ModelFiles) -> bool:
     """``detect`` of a family another one's resolve picks (a Router's sparse row)."""
     return False

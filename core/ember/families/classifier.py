@@ -3,20 +3,15 @@
 
 from __future__ import annotations
 
-from ember.families.base import Family, ModelFiles, lazy
+from ember.families.base import Family, lazy, plain
 from ember.families.cross_encoder import logits_heads
-
-
-def detect(files: ModelFiles) -> bool:
-    return files.task == "classify" and not files.towers
-
 
 CLASSIFIER = Family(
     name="classifier",
     title="classifier",
     backbone="sequence-classifier",
     outputs=("logits",),
-    detect=detect,
+    detect=plain("classify"),
     resolve=lazy("ember.models.pipeline", "resolve_pipeline"),
     heads=logits_heads,
     processor=lazy("ember.processors.text", "TextTokenizer"),

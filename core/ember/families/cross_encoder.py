@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ember.families.base import Family, ModelFiles, lazy
+from ember.families.base import Family, lazy, plain
 
 if TYPE_CHECKING:
     from ember.capabilities import Output
@@ -20,16 +20,12 @@ def logits_heads(model: ResolvedModel) -> dict[Output, Head]:
     return {"logits": LogitsHead()}
 
 
-def detect(files: ModelFiles) -> bool:
-    return files.task == "rerank" and not files.towers
-
-
 CROSS_ENCODER = Family(
     name="cross-encoder",
     title="cross-encoder",
     backbone="sequence-classifier",
     outputs=("logits",),
-    detect=detect,
+    detect=plain("rerank"),
     resolve=lazy("ember.models.pipeline", "resolve_pipeline"),
     heads=logits_heads,
     processor=lazy("ember.processors.text", "TextTokenizer"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ember.errors import ConfigError
 from ember.families.base import Family, ModelFiles, TableFacts
@@ -124,36 +124,36 @@ def weight_heads(model: ResolvedModel) -> dict[Output, Head]:
     return {"sparse": VocabularyWeightsHead()}
 
 
+# What both tables share: no network, numpy alone, no export, a Router route.
+_TABLES: dict[str, Any] = {
+    "backbone": "token-table",
+    "resolve": resolve,
+    "processor": processor,
+    "backends": ("numpy",),
+    "exportable": False,
+    "routable": True,
+}
+
 STATIC = Family(
     name="static",
     title="static embedding",
-    backbone="token-table",
     outputs=("dense",),
     detect=lambda files: files.modules.start == "StaticEmbedding",
-    resolve=resolve,
     heads=mean_heads,
-    processor=processor,
     detected_by="a `StaticEmbedding` (model2vec's `embeddings`/`mapping`/`weights` folded in)",
     example="sentence-transformers/static-retrieval-mrl-en-v1",
-    backends=("numpy",),
-    exportable=False,
-    routable=True,
     table=TableFacts(weights=("embedding.weight", "embeddings"), mean=True),
+    **_TABLES,
 )
 
 SPARSE_STATIC = Family(
     name="sparse-static",
     title="sparse static embedding",
-    backbone="token-table",
     outputs=("sparse",),
     detect=lambda files: files.modules.start == "SparseStaticEmbedding",
-    resolve=resolve,
     heads=weight_heads,
-    processor=processor,
     detected_by="a `SparseStaticEmbedding` (an IDF weight per token id)",
     example="opensearch-neural-sparse-encoding-doc-v3-distill's query route",
-    backends=("numpy",),
-    exportable=False,
-    routable=True,
     table=TableFacts(weights=("weight",), mean=False, truncates_at_model_max=True),
+    **_TABLES,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ember.families.base import Family, ModelFiles, lazy
+from ember.families.base import Family, lazy, plain
 
 if TYPE_CHECKING:
     from ember.capabilities import Output
@@ -22,16 +22,12 @@ def heads(model: ResolvedModel) -> dict[Output, Head]:
     return {"dense": DenseHead(model.poolings, model.include_prompt, projections)}
 
 
-def detect(files: ModelFiles) -> bool:
-    return files.task == "embed" and not files.towers
-
-
 DENSE = Family(
     name="dense",
     title="text embedding",
     backbone="encoder",
     outputs=("dense",),
-    detect=detect,
+    detect=plain("embed"),
     resolve=lazy("ember.models.pipeline", "resolve_pipeline"),
     heads=heads,
     processor=lazy("ember.processors.text", "TextTokenizer"),

@@ -24,15 +24,11 @@ after a kill at any instant every ``custom_id`` appears exactly once.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
-import os
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,16 +39,20 @@ from ember.api.routes import ROUTES_BY_PATH
 from ember.config import ServerSettings
 from ember.engine import EngineArray
 from ember.errors import BadRequest, ConfigError, EmberError, NotFound
+from ember.jobs.batch_results import (
+    ResultsFile,
+    input_lines,
+    prefix_digest,
+    seen_ids,
+)
 from ember.jobs.inputs import InputSpec
 from ember.jobs.lock import LOCK, hold_output
 from ember.jobs.runner import JobOptions, job_identity, job_settings
-from ember.jobs.shards import _atomic_write
 from ember.platform import dispatch_route
 
 log = logging.getLogger(__name__)
 
 BATCH_FORMAT = "openai-batch"
-CHECKPOINT_SUFFIX = ".ember-job.json"
 # Body fields whose lists are a line's inputs: what a line weighs in the in-flight window.
 _INPUT_FIELDS = ("input", "inputs", "texts", "documents", "text_1", "text_2", "images")
 
@@ -73,17 +73,6 @@ def is_batch_file(path: Path, given_format: str | None) -> bool:
                     return False
                 return isinstance(first, dict) and "custom_id" in first and "body" in first
     return False
-
-
-@dataclass
-class BatchCheckpoint:
-    job: dict[str, Any]
-    lines_done: int = 0  # input lines consumed (blank ones included)
-    bytes: int = 0  # of the results file that hold those lines' results
-    requests: int = 0
-    errors: int = 0
-    complete: bool = False
-    input_digest: str = ""  # sha256 of the input lines consumed: a resume over an edit refused
 
 
 @dataclass(frozen=True)
@@ -187,89 +176,6 @@ def _weight(body: Any) -> int:
     )
 
 
-class ResultsFile:
-    """The results JSON Lines file and its checkpoint, beside it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.checkpoint_path = path.with_name(path.name + CHECKPOINT_SUFFIX)
-
-    def open(self, job: dict[str, Any], *, overwrite: bool) -> BatchCheckpoint:
-        """The checkpoint to continue from, with the file cut back to what it records."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        checkpoint = None
-        if self.checkpoint_path.exists() and not overwrite:
-            raw = json.loads(self.checkpoint_path.read_text())
-            checkpoint = BatchCheckpoint(**raw)
-            if checkpoint.job != job:
-                changed = sorted(
-                    k for k in {*job, *checkpoint.job} if job.get(k) != checkpoint.job.get(k)
-                )
-                raise ConfigError(
-                    f"{self.path} holds another job's results (differs in {', '.join(changed)}); "
-                    "write to a new --output, or pass --overwrite to start again"
-                )
-        elif self.path.exists() and not overwrite:
-            raise ConfigError(
-                f"{self.path} exists but has no {self.checkpoint_path.name}; write to a new "
-                "--output, or pass --overwrite"
-            )
-        checkpoint = checkpoint or BatchCheckpoint(job=job)
-        with self.path.open("ab") as fh:  # created if new; what follows the checkpoint goes
-            fh.truncate(checkpoint.bytes)
-        self.save(checkpoint)
-        return checkpoint
-
-    def save(self, checkpoint: BatchCheckpoint) -> None:
-        _atomic_write(self.checkpoint_path, json.dumps(asdict(checkpoint), indent=1).encode())
-
-    def append(self, checkpoint: BatchCheckpoint, lines: list[bytes], consumed: int) -> None:
-        """Write results, make them durable, then record them: a kill between the two
-        leaves bytes past the checkpoint, which the next run cuts off."""
-        with self.path.open("ab") as fh:
-            fh.write(b"".join(lines))
-            fh.flush()
-            os.fsync(fh.fileno())
-            checkpoint.bytes = fh.tell()
-        checkpoint.lines_done = consumed
-        self.save(checkpoint)
-
-
-def _input_lines(path: Path, start: int) -> Iterator[tuple[int, bytes]]:
-    """(1-based number, raw line) from line ``start + 1`` on; blank lines included (they
-    are consumed and answered by nothing)."""
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, 1):
-            if number > start:
-                yield number, raw
-
-
-def _prefix_digest(path: Path, stop: int) -> Any:
-    """A sha256 over the first ``stop`` input lines, to go on with as lines are consumed."""
-    digest = hashlib.sha256()
-    for number, raw in _input_lines(path, 0):
-        if number > stop:
-            break
-        digest.update(raw)
-    return digest
-
-
-def _seen_ids(path: Path, stop: int) -> set[str]:
-    """The custom_ids of the lines a resumed job already answered: a repeat after the
-    resume point is still refused."""
-    seen: set[str] = set()
-    for number, raw in _input_lines(path, 0):
-        if number > stop:
-            break
-        try:
-            record = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("custom_id"), str):
-            seen.add(record["custom_id"])
-    return seen
-
-
 async def run_batch_job(
     engines: EngineArray,
     source: Path,
@@ -287,7 +193,7 @@ async def run_batch_job(
 
     results = ResultsFile(output)
     checkpoint = results.open(job, overwrite=overwrite)
-    digest = _prefix_digest(source, checkpoint.lines_done)
+    digest = prefix_digest(source, checkpoint.lines_done)
     if checkpoint.lines_done and digest.hexdigest() != checkpoint.input_digest:
         raise ConfigError(
             f"{source} changed since {output} was started: its first {checkpoint.lines_done} "
@@ -298,8 +204,8 @@ async def run_batch_job(
     if checkpoint.complete:
         log.info("%s is complete (%d requests); nothing to do", output, resumed)
         return BatchSummary(output, resumed, 0, checkpoint.errors, resumed, 0.0)
-    seen = _seen_ids(source, checkpoint.lines_done) if checkpoint.lines_done else set()
-    total = sum(1 for _, raw in _input_lines(source, 0) if raw.strip())
+    seen = seen_ids(source, checkpoint.lines_done) if checkpoint.lines_done else set()
+    total = sum(1 for _, raw in input_lines(source, 0) if raw.strip())
     bar = tqdm(total=total, initial=resumed, unit="req", desc="batch", disable=not progress)
     window: deque[_Line] = deque()
     queued = 0
@@ -332,7 +238,7 @@ async def run_batch_job(
             return error_line(exc, line.custom_id, line.number)
         return result_line(line.custom_id, 200, body, None)
 
-    lines = _input_lines(source, checkpoint.lines_done)
+    lines = input_lines(source, checkpoint.lines_done)
     exhausted = False
     try:
         while True:
