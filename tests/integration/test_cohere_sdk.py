@@ -21,14 +21,13 @@ import pytest
 from cohere.core.api_error import ApiError
 
 from ember.api.cohere import (
-    PROMPT_NAMES,
     TRUNCATION,
     CohereEmbedRequest,
     CohereEmbedV2Request,
     embed_response,
-    prompt_for,
 )
 from ember.heads.quantize import EMBEDDING_TYPES, encode_embeddings
+from ember.prompts import PROMPT_NAMES, prompt_for
 from tests.conftest import API_KEY
 from tests.support import ServerProcess
 

@@ -288,14 +288,21 @@ def test_routers_on_every_backend(routers_on: SyncEngineArray, references: dict)
         assert engine.backend is not None
         routes = engine.backend.backends  # type: ignore[attr-defined]
         assert {r: b.info.name for r, b in routes.items()}["query"] == "numpy"
-        for side in SIDES:  # as TEI's prompt_name picks it: the side and its prompt
-            rows = routers_on._call(engine.embed(TEXTS, prompt_name=side)).outputs
-            if name == SPARSE:
-                got = [(r.indices.tolist(), r.values.tolist()) for r in rows]
-                assert_sparse(got, np.asarray(references[name, side]))
-            else:
-                cos = cosines(np.stack(rows), references[name, side])
-                assert cos.min() >= MIN_COSINE, (name, side, int(cos.argmin()), cos.min())
+        for side in SIDES:
+            # As TEI's prompt_name picks it, and as the embedded query=True/False does (the
+            # side's prompt too, as encode_query/encode_document apply it).
+            calls = {
+                "prompt_name": engine.embed(TEXTS, prompt_name=side),
+                "query": engine.embed(TEXTS, query={"query": True, "document": False}.get(side)),
+            }
+            for how, call in calls.items():
+                rows = routers_on._call(call).outputs
+                if name == SPARSE:
+                    got = [(r.indices.tolist(), r.values.tolist()) for r in rows]
+                    assert_sparse(got, np.asarray(references[name, side]))
+                else:
+                    cos = cosines(np.stack(rows), references[name, side])
+                    assert cos.min() >= MIN_COSINE, (name, side, how, cos.min())
 
 
 # ------------------------------------------------------------- what is refused at start

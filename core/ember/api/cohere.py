@@ -19,7 +19,6 @@ for a model whose own config does not normalise.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -31,20 +30,11 @@ from ember.capabilities import Modality
 from ember.engine import Engine, EngineArray, Result
 from ember.errors import BadRequest
 from ember.heads.quantize import EmbeddingType, encode_embeddings, to_float
+from ember.prompts import prompt_for
 
 InputType = Literal["search_document", "search_query", "classification", "clustering", "image"]
 Truncate = Literal["NONE", "START", "END"]
 
-# Cohere's input_type -> the model's prompt names to try, first found wins. The aliases
-# are sentence-transformers' own (encode_query: "query"; encode_document: "document",
-# "passage", "corpus") and jina-embeddings-v3's tasks (also its LoRA adapters); the Cohere
-# name itself comes first for models that use it.
-PROMPT_NAMES: dict[str, tuple[str, ...]] = {
-    "search_query": ("search_query", "query", "retrieval.query"),
-    "search_document": ("search_document", "document", "passage", "corpus", "retrieval.passage"),
-    "classification": ("classification",),
-    "clustering": ("clustering", "separation"),
-}
 
 # Cohere's truncate -> (truncate, which side is cut). START drops the start of the text,
 # so the tokenizer keeps the end ("left"); END keeps the start. Cohere's default is END.
@@ -110,15 +100,6 @@ class CohereEmbedV2Request(CohereEmbedRequest):
     max_tokens: StrictInt | None = Field(
         None, ge=1, description="Accepted when at least the model's max tokens (a no-op)."
     )
-
-
-def prompt_for(input_type: str | None, prompts: Mapping[str, str]) -> str | None:
-    """The model's prompt name for a Cohere ``input_type``, or None to use no named one
-    (the engine then applies the model's default prompt, as sentence-transformers does)."""
-    for name in PROMPT_NAMES.get(input_type or "", ()):
-        if name in prompts:
-            return name
-    return None
 
 
 def embed_response(

@@ -22,6 +22,7 @@ from ember.heads.postprocess import to_base64
 from ember.heads.quantize import encode_embeddings
 from ember.heads.sparse import SparseVector
 from ember.models.spec import ResolvedModel
+from ember.prompts import prompt_for
 
 # Which capability a request's modality needs, to pick a model when none is named.
 MODALITY_CAPABILITY: dict[str, Capability] = {
@@ -68,8 +69,6 @@ def _envelope(kind: str, key: str, payload: Any, model: str, tokens: int) -> dic
 def input_type_options(engine: Engine, input_type: str | None) -> dict[str, Any]:
     """Cohere's ``input_type`` as engine options: query-side encoding, and the model's
     own prompt for it where it has one."""
-    from ember.api.cohere import prompt_for
-
     if input_type is None:
         return {}
     prompts = engine.model.prompts if engine.model is not None else {}

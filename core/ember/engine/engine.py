@@ -39,6 +39,7 @@ from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec, ResolvedModel
 from ember.processors import TextProcessor, build_processor
 from ember.processors.text import Direction, TextTokenizer
+from ember.prompts import SIDE_INPUT_TYPES, prompt_for
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +251,12 @@ class Engine:
         URLs, data: URIs or raw bytes. ``max_tokens`` (vLLM's ``truncate_prompt_tokens``,
         -1: the model's max) cuts each input to that many tokens from
         ``truncation_direction``, special tokens included. With the embedding cache on,
-        inputs embedded before with the same options come from it and skip the batcher."""
+        inputs embedded before with the same options come from it and skip the batcher.
+        A side said without a ``prompt_name`` takes the model's prompt for that side, as
+        ``input_type`` does on the routes (sentence-transformers' ``encode_query``)."""
+        if prompt_name is None and query is not None and modality == "text":
+            prompts = self.model.prompts if self.model is not None else {}
+            prompt_name = prompt_for(SIDE_INPUT_TYPES[query], prompts)
         options: dict[str, Any] = {
             "output": output,
             "normalize": normalize,
