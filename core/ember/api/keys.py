@@ -215,8 +215,11 @@ class Key:
             counter = self._answers[status] = self._metrics.key_requests.labels(self.name, code)
         counter.inc()
 
+    def may_use(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
     def check_model(self, model: str) -> None:
-        if self.models is not None and model not in self.models:
+        if not self.may_use(model):
             raise Forbidden(
                 f"API key {self.name!r} may not use model {model!r}; its models: "
                 f"{', '.join(sorted(self.models))}",
