@@ -190,6 +190,9 @@ class Key:
             )
         cap = self.entry.max_concurrent
         if cap is not None and self.usage.in_flight >= cap:
+            # A place frees when any of the key's requests ends, typically within
+            # milliseconds; Retry-After's least value (whole seconds) is 1, and an estimate
+            # from the key's own request times would differ only for requests over 1 s.
             raise self._refuse("max_concurrent", f"{cap} requests at once", 1.0)
         now = self.clock()
         debts = (("inputs_per_second", self.inputs), ("tokens_per_second", self.tokens))
