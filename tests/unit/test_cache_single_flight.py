@@ -191,3 +191,16 @@ def test_a_waiter_on_another_event_loop_gets_the_leaders_result() -> None:
         thread.join(30)
     assert compute.calls == [["x"]]
     assert answers["waiter"].outputs.tobytes() == answers["leader"].outputs.tobytes()
+
+
+async def test_waiters_get_a_result_too_large_to_keep() -> None:
+    metrics = Metrics()
+    cache, compute = EmbeddingCache(100, 64, metrics), Gated()  # no entry fits in 64 bytes
+    leader = through(cache, ["big"], compute)
+    await settle(lambda: compute.started == 1)
+    waiter = through(cache, ["big"], compute)
+    await settle(lambda: counts(metrics)[2] == 1)
+    compute.gate.set()
+    first, second = await asyncio.wait_for(asyncio.gather(leader, waiter), 30)
+    assert first.outputs.tobytes() == second.outputs.tobytes() and len(compute.calls) == 1
+    assert len(cache) == 0 and cache.flights == 0

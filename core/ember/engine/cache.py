@@ -253,8 +253,10 @@ class EmbeddingCache:
         ``flight`` this call leads for ``key``: lands it in the same step as the entry goes
         in (its waiters get the copy, kept or not)."""
         size = _row_bytes(row) + _key_bytes(key) + ENTRY_OVERHEAD
-        entry = CachedRow(frozen_row(row), tokens, size)
         kept = size <= self.max_bytes
+        if not kept and flight is None:
+            return None
+        entry = CachedRow(frozen_row(row), tokens, size)
         evicted = 0
         with self._lock:
             self._ground(key, flight)
