@@ -22,6 +22,8 @@ if "EMBER_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["EMBER_CACHE_DIR"], ignore_errors=True)
 
 API_KEY = "test-key-123"
+# cache_server's keys file: one more key besides API_KEY, limited to the model minilm-b.
+MINILM_B_KEY = "test-key-minilm-b-only"
 
 
 @pytest.fixture(scope="session")
@@ -79,10 +81,17 @@ def cache_server(
     """`ember serve` with the embedding cache on, for the cache and request-id tests: MiniLM
     twice under two names (the same files: only the name tells them apart), a SPLADE and a
     ColBERT, on torch; an API key, debug logs (uvicorn's access line per request), and a
-    queue of two inputs on ``minilm-b`` so a three-input request gets 429."""
+    queue of two inputs on ``minilm-b`` so a three-input request gets 429. Beside the API
+    key, a keys file with one key (``MINILM_B_KEY``) that may use ``minilm-b`` only."""
+    from ember.api.keys import hash_key
     from tests.fixtures.retrieval_models import build_tiny_colbert, build_tiny_splade
 
     root = tmp_path_factory.mktemp("cache-server")
+    keys = root / "keys.toml"
+    keys.write_text(
+        f'[[keys]]\nname = "minilm-b-only"\nhash = "{hash_key(MINILM_B_KEY)}"\n'
+        'models = ["minilm-b"]\n'
+    )
     models = [minilm_path, minilm_path, build_tiny_splade(root / "splade")]
     models.append(build_tiny_colbert(root / "colbert"))
     with start_server(
@@ -99,6 +108,8 @@ def cache_server(
             "1000",
             "--api-key",
             API_KEY,
+            "--api-keys-file",
+            str(keys),
             "--log-level",
             "debug",
         ],

@@ -13,6 +13,9 @@ from typing import Protocol
 class Caller(Protocol):
     """What the engine asks of the request's key."""
 
+    def may_use(self, model: str) -> bool:
+        """Whether the key may use ``model``: the model listings show only those."""
+
     def check_model(self, model: str) -> None:
         """Raise ``ember.errors.Forbidden`` if the key may not use ``model``."""
 
@@ -23,6 +26,12 @@ class Caller(Protocol):
 
 # None outside a request, and for requests on a server without API keys.
 CALLER: ContextVar[Caller | None] = ContextVar("ember_caller", default=None)
+
+
+def may_use(model: str) -> bool:
+    """Whether the request's key may use ``model`` (any model without a key)."""
+    caller = CALLER.get()
+    return caller is None or caller.may_use(model)
 
 
 def charge(inputs: int, tokens: int) -> None:

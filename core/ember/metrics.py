@@ -59,7 +59,16 @@ class Metrics:
         )
         self.cache_misses = Counter(
             "ember_cache_misses",
-            "Inputs looked up in the embedding cache and not found",
+            "Inputs looked up in the embedding cache, not found and computed (merged misses "
+            "are ember_cache_merged)",
+            ["model"],
+            registry=r,
+        )
+        self.cache_merged = Counter(
+            "ember_cache_merged",
+            "Inputs that missed the embedding cache while the same input was being computed "
+            "(for another request, or earlier in the same one) and took that result instead "
+            "of computing it again",
             ["model"],
             registry=r,
         )

@@ -2,7 +2,8 @@
 usage equal to what each client sent, a model or route a key may not use, the admin route,
 and reloads that add and revoke keys without a restart or a dropped request.
 
-One server for the module (MiniLM); floods bounded in count and time.
+One server for the module (MiniLM); floods bounded in count and time. The model listings of
+a key limited to one of several models use the session's ``cache_server`` (four models).
 The latency of the steady client under a flood is benchmarks/api_keys.py's, not asserted.
 """
 
@@ -21,12 +22,13 @@ import pytest
 
 from benchmarks.api_keys import BODY, FLOOD_KEY, STEADY_KEY, bearer, flood, keys_toml, steady
 from ember.api.keys import hash_key
+from tests.conftest import API_KEY, MINILM_B_KEY
 from tests.support import ServerProcess, start_server
 
 OTHER_MODEL, ADMIN, LATE = "sk-other-model", "sk-ops", "sk-late"
 MORE_KEYS = (
     f'[[keys]]\nname = "other-model"\nhash = "{hash_key(OTHER_MODEL)}"\n'
-    'models = ["bge"]\nroutes = ["/v1/embeddings", "/tokenize"]\n'
+    'models = ["bge"]\nroutes = ["/v1/embeddings", "/tokenize", "/v1/models", "/info"]\n'
     f'[[keys]]\nname = "ops"\nhash = "{hash_key(ADMIN)}"\nadmin = true\n'
 )
 
@@ -130,6 +132,43 @@ def test_a_key_gets_403_for_a_model_or_route_it_may_not_use(keyed) -> None:
     assert httpx.get(server.url + "/admin/usage").status_code == 401
     usage = _usage(server)["other-model"]
     assert usage["statuses"] == {"403": 5} and usage["inputs"] == 0
+
+
+def test_a_key_limited_to_one_model_lists_only_that_one(cache_server: ServerProcess) -> None:
+    def listed(key: str) -> tuple[list[str], dict]:
+        models = httpx.get(cache_server.url + "/v1/models", headers=bearer(key), timeout=10)
+        infinity = httpx.get(cache_server.url + "/models", headers=bearer(key), timeout=10)
+        info = httpx.get(cache_server.url + "/info", headers=bearer(key), timeout=10)
+        assert models.status_code == infinity.status_code == info.status_code == 200
+        names = [m["id"] for m in models.json()["data"]]
+        assert [m["id"] for m in infinity.json()["data"]] == names
+        return names, info.json()
+
+    every, every_info = listed(API_KEY)  # --api-key: no model list, sees all
+    assert every == ["minilm", "minilm-b", "splade", "colbert"] == every_info["models"]
+    assert every_info["model_id"] == "minilm"
+    one, one_info = listed(MINILM_B_KEY)
+    assert one == ["minilm-b"] == one_info["models"]
+    assert one_info["model_id"] == "minilm-b" and one_info["dimensions"] == 384
+    # an error that names the served models names only the ones this key may use
+    unknown = httpx.post(
+        cache_server.url + "/v1/embeddings",
+        json={"model": "nope", "input": "a"},
+        headers=bearer(MINILM_B_KEY),
+    )
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["message"].endswith("served models: minilm-b")
+
+
+def test_a_key_whose_models_are_not_served_lists_none(keyed) -> None:
+    server, _ = keyed
+    models = httpx.get(server.url + "/v1/models", headers=bearer(OTHER_MODEL), timeout=10)
+    assert models.status_code == 200 and models.json()["data"] == []
+    info = httpx.get(server.url + "/info", headers=bearer(OTHER_MODEL), timeout=10)
+    assert info.status_code == 403 and info.json()["error"]["type"] == "permission_error"
+    assert "none of the served models" in info.json()["error"]["message"]
+    steady = httpx.get(server.url + "/v1/models", headers=bearer(STEADY_KEY), timeout=10)
+    assert [m["id"] for m in steady.json()["data"]] == ["minilm"]
 
 
 def test_reload_adds_and_revokes_keys_without_dropping_requests_in_flight(keyed) -> None:

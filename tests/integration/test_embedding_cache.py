@@ -6,10 +6,12 @@ routes; no hit across models, dimensions or query/document sides; the metrics mo
 The OpenAI answer's ``id`` (a new uuid per answer) and ``created`` (the clock) differ between
 any two answers, cached or not: they are blanked before comparing; every other byte,
 ``usage`` included, must be equal. Each test sends texts of its own, so no test's entries
-serve another's."""
+serve another's. Identical misses at once compute once: counted as one miss, the rest
+merged (or, for a request that comes after the first finished, hits)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import httpx
@@ -24,14 +26,16 @@ def _blank(content: bytes) -> bytes:
     return _PER_ANSWER.sub(lambda m: b'"%s":_' % (m.group(1) or m.group(2)), content)
 
 
-def cache_counts(client: httpx.Client, model: str) -> tuple[float, float]:
-    """(hits, misses) the server's /metrics counts for ``model``."""
+def cache_counts(
+    client: httpx.Client, model: str, kinds: tuple[str, ...] = ("hits", "misses")
+) -> tuple[float, ...]:
+    """(hits, misses), or the ``kinds`` named, the server's /metrics counts for ``model``."""
     text = client.get("/metrics").text
-    found = {}
-    for kind in ("hits", "misses"):
+    found = []
+    for kind in kinds:
         match = re.search(rf'^ember_cache_{kind}_total{{model="{model}"}} (\S+)$', text, re.M)
-        found[kind] = float(match.group(1)) if match else 0.0
-    return found["hits"], found["misses"]
+        found.append(float(match.group(1)) if match else 0.0)
+    return tuple(found)
 
 
 def twice(client: httpx.Client, path: str, body: dict) -> tuple[bytes, bytes]:
@@ -107,3 +111,42 @@ def test_no_hit_across_models_dimensions_or_sides(cache_server: ServerProcess) -
         ]
         assert cache_counts(client, "colbert") == (hits, misses + 2)
     assert sides[0] != sides[1]  # a query is expanded and marked: not the document's vectors
+
+
+MERGED = ("hits", "misses", "merged")
+
+
+def test_the_same_input_eight_times_in_one_request_is_computed_once(
+    cache_server: ServerProcess,
+) -> None:
+    with cache_server.client() as client:
+        before = cache_counts(client, "minilm", MERGED)
+        answer = client.post("/v1/embeddings", json={"model": "minilm", "input": ["eight"] * 8})
+        assert answer.status_code == 200, answer.text
+        assert cache_counts(client, "minilm", MERGED) == (before[0], before[1] + 1, before[2] + 7)
+        one = client.post("/v1/embeddings", json={"model": "minilm", "input": "eight"}).json()
+    rows = answer.json()["data"]
+    assert [r["index"] for r in rows] == list(range(8))
+    assert all(r["embedding"] == one["data"][0]["embedding"] for r in rows)
+    assert answer.json()["usage"]["prompt_tokens"] == 8 * one["usage"]["prompt_tokens"]
+
+
+def test_eight_identical_requests_at_once_compute_once(cache_server: ServerProcess) -> None:
+    body = {"model": "minilm", "input": ["eight requests at once, the same text each"]}
+
+    async def together() -> list[httpx.Response]:
+        async with httpx.AsyncClient(
+            base_url=cache_server.url, headers=cache_server.headers, timeout=60
+        ) as client:
+            return await asyncio.gather(
+                *(client.post("/v1/embeddings", json=body) for _ in range(8))
+            )
+
+    with cache_server.client() as client:
+        hits, misses, merged = cache_counts(client, "minilm", MERGED)
+        answers = asyncio.run(together())
+        assert [a.status_code for a in answers] == [200] * 8
+        now = cache_counts(client, "minilm", MERGED)
+    # one computed; each other one waited on it or (arriving after it finished) hit it
+    assert now[1] == misses + 1 and (now[0] - hits) + (now[2] - merged) == 7
+    assert len({_blank(a.content) for a in answers}) == 1

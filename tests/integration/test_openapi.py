@@ -18,7 +18,7 @@ from tests.integration.test_fastpath_parity import BODIES, engines  # noqa: F401
 ERROR_REF = "#/components/schemas/ErrorResponse"
 GETS = {
     "/v1/models": (r.ModelsResponse, {401}),
-    "/info": (r.InfoResponse, {401}),
+    "/info": (r.InfoResponse, {401, 403}),
     "/ready": (r.ReadyResponse, {503}),
 }
 # Probes whose not-ready answer is a status of their own, not the error shape.

@@ -93,6 +93,8 @@ def test_find_admit_and_limits(tmp_path: Path) -> None:
     with pytest.raises(Forbidden, match="'bge'"):
         a.check_model("bge")
     a.check_model("minilm")
+    assert a.may_use("minilm") and not a.may_use("bge")  # what its model listings show
+    assert b.may_use("bge")  # no model list: every model
     a.admit("/v1/embeddings")
     a.admit("/v1/embeddings")
     with pytest.raises(RateLimited, match="requests_per_second") as refused:

@@ -300,7 +300,10 @@ def create_app(
         tags=["TEI"],
         summary="Model and server facts (TEI-compatible)",
         response_class=Response,
-        responses={200: {"model": r.InfoResponse, "description": "Success"}, **guarded},
+        responses={
+            200: {"model": r.InfoResponse, "description": "Success"},
+            **r.error_responses((401, 403)),  # 403: a key that may use none of the models
+        },
     )
     async def info() -> Response:
         return _json(ops.tei_info(engines, ember.__version__, settings.max_client_batch_size))

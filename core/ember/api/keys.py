@@ -190,6 +190,9 @@ class Key:
             )
         cap = self.entry.max_concurrent
         if cap is not None and self.usage.in_flight >= cap:
+            # A place frees when any of the key's requests ends, typically within
+            # milliseconds; Retry-After's least value (whole seconds) is 1, and an estimate
+            # from the key's own request times would differ only for requests over 1 s.
             raise self._refuse("max_concurrent", f"{cap} requests at once", 1.0)
         now = self.clock()
         debts = (("inputs_per_second", self.inputs), ("tokens_per_second", self.tokens))
@@ -215,8 +218,11 @@ class Key:
             counter = self._answers[status] = self._metrics.key_requests.labels(self.name, code)
         counter.inc()
 
+    def may_use(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
     def check_model(self, model: str) -> None:
-        if self.models is not None and model not in self.models:
+        if not self.may_use(model):
             raise Forbidden(
                 f"API key {self.name!r} may not use model {model!r}; its models: "
                 f"{', '.join(sorted(self.models))}",

@@ -17,7 +17,7 @@ import numpy as np
 from ember.api import schemas as s
 from ember.capabilities import Capability, Modality
 from ember.engine import Engine, EngineArray, Result, Timings
-from ember.errors import BadRequest, PayloadTooLarge
+from ember.errors import BadRequest, Forbidden, PayloadTooLarge
 from ember.heads.postprocess import to_base64
 from ember.heads.quantize import encode_embeddings
 from ember.heads.sparse import SparseVector
@@ -349,8 +349,9 @@ def dense_dimensions(model: ResolvedModel) -> int | None:
 
 
 def models_list(engines: EngineArray) -> dict[str, Any]:
+    """OpenAI's (and Infinity's) model list: the models the request's API key may use."""
     data = []
-    for engine in engines:
+    for engine in engines.visible():
         entry: dict[str, Any] = {
             "id": engine.name,
             "object": "model",
@@ -383,12 +384,16 @@ def models_list(engines: EngineArray) -> dict[str, Any]:
 
 
 def tei_info(engines: EngineArray, version: str, max_client_batch_size: int) -> dict[str, Any]:
-    """TEI's /info for the first model; ``models`` lists every served one."""
-    first = engines.engines[0]
+    """TEI's /info for the first model the request's API key may use; ``models`` lists
+    every served one it may use. Forbidden for a key that may use none."""
+    visible = engines.visible()
+    if not visible:
+        raise Forbidden("this API key may use none of the served models", param="model")
+    first = visible[0]
     info: dict[str, Any] = {
         "model_id": first.name,
         "version": version,
-        "models": engines.names,
+        "models": [engine.name for engine in visible],
         "max_client_batch_size": max_client_batch_size,
     }
     if first.model is None or first.backend is None or first.processor is None:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from ember.backends import load_backend
 from ember.backends.base import Backend
-from ember.callers import CALLER
+from ember.callers import CALLER, may_use
 from ember.capabilities import Capability
 from ember.config import ServerSettings
 from ember.defaults import CACHE_MAX_BYTES
@@ -81,6 +81,16 @@ class EngineArray:
     def names(self) -> list[str]:
         return [e.name for e in self.engines]
 
+    def visible(self) -> list[Engine]:
+        """The engines the request's API key may use (``ember.callers``; every one without
+        keys): what the model listings (``/v1/models``, ``/info``) and the errors that name
+        served models show it."""
+        return [e for e in self.engines if may_use(e.name)]
+
+    def _served(self) -> str:
+        """The served models an error may name to this request's key."""
+        return ", ".join(e.name for e in self.visible()) or "none this API key may use"
+
     def get(self, name: str | None) -> Engine:
         """One model: any name is accepted (as Infinity and TEI do). Several: exact match.
         Forbidden when the request's API key may not use it."""
@@ -92,7 +102,7 @@ class EngineArray:
         for engine in self.engines:
             if engine.name == name:
                 return engine
-        served = ", ".join(self.names)
+        served = self._served()
         if not name:
             raise BadRequest(
                 f"several models are served; set `model` to one of: {served}", param="model"
