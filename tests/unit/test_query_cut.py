@@ -2,7 +2,8 @@
 tokens kept are those of the whole query's prompt (its first tokens, then the prompt's
 augmentation suffix, ``max_length`` in all), on texts made to defeat a bound by characters
 alone; a query that fits is tokenised exactly as the processor does; the processor never
-sees more than the cut of a long query."""
+sees more than the cut of a long query. TEI's /tokenize rows on these models are cut and
+truncated the same way."""
 
 from __future__ import annotations
 
@@ -148,3 +149,38 @@ def test_an_unsafe_cut_grows_until_safe_or_whole() -> None:
     assert tried == [cut.chars, cut.chars * GROWTH, cut.chars * GROWTH**2]
     assert cut.grown(text, "left", encode, lambda n, _: False) == (len(text), text)
     assert cut.grown("short", "right", encode, lambda n, _: False) == (5, "short")
+
+
+class _Recording:
+    """The processor's tokenizer, recording the length of each text it is called on."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer, self.seen = tokenizer, []
+
+    def __call__(self, text: str, **kwargs: Any) -> Any:
+        self.seen.append(len(text))
+        return self.tokenizer(text, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tokenizer, name)
+
+
+@pytest.mark.parametrize("special", [True, False])
+def test_tokenize_rows_are_cut_and_truncated_at_the_max_length(
+    processor: MediaProcessor, monkeypatch: pytest.MonkeyPatch, special: bool
+) -> None:
+    """TEI's /tokenize on these models: the tokenizer's own tokens, as many as the model
+    takes, the same from a cut as from the whole text."""
+    tokenizer = processor.tokenizer
+    for text in _texts():
+        rows = processor.tokenize_detail(text, add_special_tokens=special)
+        whole = tokenizer(text, add_special_tokens=special, truncation=True, max_length=MAX_LENGTH)
+        assert [r["id"] for r in rows] == whole["input_ids"], len(text)
+    recording = _Recording(tokenizer)
+    monkeypatch.setattr(processor, "tokenizer", recording)
+    rows = processor.tokenize_detail(LONG, add_special_tokens=special)
+    assert recording.seen == [processor._cut.chars]  # type: ignore[union-attr]
+    assert len(rows) == MAX_LENGTH
+    assert rows == processor.tokenize_detail(
+        LONG[: 5 * 10 * MAX_LENGTH], add_special_tokens=special
+    )

@@ -145,13 +145,13 @@ class MediaProcessor:
         cutter.enable_truncation(max_length)
         return TextCut(max_length, longest_token_chars(cutter)), cutter
 
-    def _pieces(self, texts: list[str]) -> list[str]:
+    def _pieces(self, texts: list[str], special_tokens: bool = True) -> list[str]:
         """``texts``, each longer than the model can use cut to what its tokens come from."""
         cut = self._cut
         if cut is None or all(len(t) <= cut.chars for t in texts):
             return texts
         long = [i for i, t in enumerate(texts) if len(t) > cut.chars]
-        _, pieces = cut.encode(self._cutter, [texts[i] for i in long], "right", True)
+        _, pieces = cut.encode(self._cutter, [texts[i] for i in long], "right", special_tokens)
         out = list(texts)
         for i, piece in zip(long, pieces, strict=True):
             out[i] = piece
@@ -168,9 +168,14 @@ class MediaProcessor:
         raise BadRequest(f"model {self.model_name!r} ({self.kind}) does not score text pairs")
 
     def tokenize_detail(self, text: str, *, add_special_tokens: bool = True) -> list[dict]:
-        """TEI's /tokenize rows, from the model's own tokenizer."""
+        """TEI's /tokenize rows, from the model's own tokenizer, truncated at the max length
+        as a text model's are; a long text is cut first, never tokenised whole."""
         enc = self.tokenizer(
-            text, add_special_tokens=add_special_tokens, return_offsets_mapping=True
+            self._pieces([text], add_special_tokens)[0],
+            add_special_tokens=add_special_tokens,
+            return_offsets_mapping=True,
+            truncation=True,
+            max_length=self.max_length,
         )
         special = set(self.tokenizer.all_special_ids)
         rows = []
