@@ -69,6 +69,7 @@ def configure_logging(level: str = "info", json_logs: bool = False) -> None:
         logger.propagate = True
     # Per-request access lines cost throughput; they appear with --log-level debug.
     logging.getLogger("uvicorn.access").setLevel("DEBUG" if level == "debug" else "WARNING")
+    install_uvicorn_limits()
 
 
 class RateLimitedLog:
@@ -81,13 +82,54 @@ class RateLimitedLog:
         self._last = float("-inf")
         self._folded = 0
 
-    def warning(self, message: str) -> bool:
-        """Log ``message`` unless one went out within the interval; True when it did."""
+    def admit(self) -> str | None:
+        """None while a line went out within the interval (this one is counted); else the
+        suffix the line that goes out now carries ('' when none was folded)."""
         now = time.monotonic()
         if now - self._last < self.interval:
             self._folded += 1
-            return False
+            return None
         folded, self._folded, self._last = self._folded, 0, now
-        suffix = f" (+{folded} more like it in the last {self.interval:g}s)" if folded else ""
+        return f" (+{folded} more like it in the last {self.interval:g}s)" if folded else ""
+
+    def warning(self, message: str) -> bool:
+        """Log ``message`` unless one went out within the interval; True when it did."""
+        suffix = self.admit()
+        if suffix is None:
+            return False
         self.logger.warning("%s%s", message, suffix)
         return True
+
+
+class RateLimitedMessages(logging.Filter):
+    """A logger filter that rate-limits records whose message is one of ``messages``, as
+    ``RateLimitedLog`` does Ember's own: a library's line logged once per refused request
+    (uvicorn's ``Invalid HTTP request received.``, one per malformed request a client
+    sends) would otherwise let a client write the log as fast as it can send."""
+
+    def __init__(self, messages: tuple[str, ...], interval: float = 5.0) -> None:
+        super().__init__()
+        self._limits = {m: RateLimitedLog(logging.getLogger(), interval) for m in messages}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        limit = self._limits.get(record.msg) if isinstance(record.msg, str) else None
+        if limit is None:
+            return True
+        suffix = limit.admit()
+        if suffix:
+            record.msg = record.msg + suffix
+        return suffix is not None
+
+
+# uvicorn's own refusal lines (uvicorn.error, WARNING), one per malformed request: Ember's
+# protocol answers and logs these itself (``ember.api.connections``), rate-limited.
+UVICORN_REFUSALS = ("Invalid HTTP request received.",)
+
+
+def install_uvicorn_limits(interval: float = 5.0) -> None:
+    """Rate-limit uvicorn's per-request refusal lines on its ``uvicorn.error`` logger (once:
+    a filter already there is replaced)."""
+    logger = logging.getLogger("uvicorn.error")
+    for old in [f for f in logger.filters if isinstance(f, RateLimitedMessages)]:
+        logger.removeFilter(old)
+    logger.addFilter(RateLimitedMessages(UVICORN_REFUSALS, interval))

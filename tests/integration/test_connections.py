@@ -384,6 +384,26 @@ def test_protocol_refusals_are_openai_shaped(
     assert httpx.get(f"{short.url}/health", timeout=10).status_code == 200
 
 
+MALFORMED = 50
+UVICORN_REFUSAL = "Invalid HTTP request received."
+
+
+def test_a_flood_of_malformed_requests_logs_a_few_lines(short: ServerProcess) -> None:
+    """uvicorn logs its own line for each request its parser refuses: rate-limited (one per
+    5 s interval, the rest counted into the next), so a client cannot fill the log."""
+    before = short.log().count(UVICORN_REFUSAL)
+    started = time.monotonic()
+    for _ in range(MALFORMED):
+        with _connect(short) as sock:
+            sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            assert _status(_read_until_closed(sock)) == 400
+    intervals = 1 + int((time.monotonic() - started) // 5.0)  # the filter's, elapsed
+    assert httpx.get(f"{short.url}/health", timeout=10).status_code == 200
+    logged = short.log().count(UVICORN_REFUSAL) - before
+    # Unlimited, it would be MALFORMED lines; a line of an earlier test may hold the slot.
+    assert logged <= intervals < MALFORMED, short.log()[-2000:]
+
+
 def test_a_bodiless_h2c_upgrade_is_served_over_http1_and_closed(short: ServerProcess) -> None:
     """RFC 9110 §7.8: the Upgrade is ignored; the connection closes after the answer, as
     nothing after an upgrade's head is parsed (a request behind it would hang)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +30,19 @@ from tests.support import ServerProcess, start_server
 
 COSINE = 0.9999
 TEXTS = ["a photo of a cat", "two dogs playing in the snow", "x"]
+# The retrieval VLMs again with a short language model (positions), so a query past their
+# max length costs a small forward: ColPali's 8,192 and ColQwen2's 32,768 would not.
+SHORT_POSITIONS = 128
+
+
+def _with_positions(path: Path, positions: int) -> Path:
+    """``path``'s model with its language model's ``max_position_embeddings`` set (its
+    rotary positions are computed, so the weights serve any length)."""
+    config_file = path / "config.json"
+    config = json.loads(config_file.read_text())
+    config["vlm_config"]["text_config"]["max_position_embeddings"] = positions
+    config_file.write_text(json.dumps(config, indent=2))
+    return path
 
 
 def _image(width: int, height: int, seed: int) -> object:
@@ -93,6 +107,8 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "colqwen2": build_tiny_colqwen2(root / "colqwen2"),
         "st-clip": build_st_clip(root / "st-clip", "st6"),
         "st-clip-legacy": build_st_clip(root / "st-clip-legacy", "legacy"),
+        "colpali-short": _with_positions(build_tiny_colpali(root / "cps"), SHORT_POSITIONS),
+        "colqwen2-short": _with_positions(build_tiny_colqwen2(root / "cqs"), SHORT_POSITIONS),
     }
 
 
@@ -109,6 +125,7 @@ def server(paths: dict[str, Path], minilm_path: Path) -> Iterator[ServerProcess]
     """Media models beside a text model, fetching allowed to this machine's test server;
     every model on torch (the towers as transformers runs them)."""
     names = ("clip", "siglip", "clap", "colpali", "colqwen2", "st-clip", "st-clip-legacy")
+    names += ("colpali-short", "colqwen2-short")
     models = ";".join([*(str(paths[n]) for n in names), str(minilm_path)])
     with start_server(
         [
@@ -349,6 +366,20 @@ def test_late_interaction_pages_and_queries(
     with server.client() as client:
         models = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
     assert {"embed", "image_embed", "rerank"} <= set(models[kind]["capabilities"])
+
+
+@pytest.mark.parametrize("kind", ["colpali-short", "colqwen2-short"])
+def test_a_2mb_query_embeds_as_its_cut_by_hand(server: ServerProcess, kind: str) -> None:
+    """Cut before tokenising (ember.processors.queries): a 1.9 MB query (the largest a
+    2 MB body holds) embeds as its first 6,400 characters do, the model's max length of
+    vectors; with truncate false it is refused, the server healthy after."""
+    long = "word " * 380_000
+    (whole,) = multi(server, kind, [long], "text")
+    (by_hand,) = multi(server, kind, [long[: 50 * SHORT_POSITIONS]], "text")
+    assert whole.shape[0] == SHORT_POSITIONS and np.array_equal(whole, by_hand)
+    body = {"model": kind, "input": [long], "truncate": False}
+    message = refused(server, "/v1/embeddings", body)
+    assert "input 0: more than" in message and f"({SHORT_POSITIONS})" in message
 
 
 # ------------------------------------------------------------------------------ the catalog

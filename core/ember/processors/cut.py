@@ -14,9 +14,9 @@ among them); else the cut grows fourfold, up to the whole text.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from tokenizers import Encoding, Tokenizer
 
@@ -26,6 +26,7 @@ MARGIN_TOKENS = 8
 GROWTH = 4
 
 Side = Literal["right", "left"]
+T = TypeVar("T")
 
 
 def longest_token_chars(tokenizer: Tokenizer) -> int:
@@ -73,6 +74,22 @@ class TextCut:
         if side == "right":
             return max(end for _, end in spans) + self.margin <= piece_chars
         return min(start for start, _ in spans) >= self.margin
+
+    def grown(
+        self, text: str, side: Side, encode: Callable[[str], T], safe: Callable[[T, str], bool]
+    ) -> tuple[T, str]:
+        """``encode`` of a cut piece of ``text`` that ``safe`` accepts (of the piece that
+        grew ``GROWTH``-fold until it did, or of the whole text), and that piece: the same
+        cut for a tokenizer that wraps the text (a processor's prompt) and so cannot
+        truncate it alone."""
+        chars = self.chars
+        piece = self.piece(text, side, chars)
+        result = encode(piece)
+        while len(piece) < len(text) and not safe(result, piece):
+            chars *= GROWTH
+            piece = self.piece(text, side, chars)
+            result = encode(piece)
+        return result, piece
 
     def encode(
         self, tokenizer: Tokenizer, texts: Sequence[str], side: Side, special_tokens: bool

@@ -28,6 +28,7 @@ from ember.media.budget import DecodeGuard, MediaBudget
 from ember.media.limits import MediaLimits
 from ember.models.spec import ResolvedModel
 from ember.processors.cut import TextCut, longest_token_chars
+from ember.processors.queries import QueryPrompt
 from ember.processors.text import Direction
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,8 @@ _LONG_CLIP_LOCK = threading.Lock()
 # Token arrays, right-padded to the batch's longest; every other array is concatenated on
 # its first axis (pixel values, audio features, Qwen2-VL's patches and grids).
 SEQUENCE_ARRAYS = ("input_ids", "attention_mask", "token_type_ids")
-# Processor outputs that are for training, not for the forward pass.
-DROPPED_ARRAYS = ("labels",)
+# Processor outputs that are for training or for the cut, not for the forward pass.
+DROPPED_ARRAYS = ("labels", "offset_mapping")
 
 
 class MediaProcessor:
@@ -66,6 +67,9 @@ class MediaProcessor:
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
         # ColPali and ColQwen2 encode every text as a query (their processors' one text path).
         self.encodes_queries = self.facts.queries
+        self._queries = (
+            QueryPrompt(self.processor, self.max_length, self._cut) if self.facts.queries else None
+        )
         self.limits = model.spec.media or MediaLimits()
         vision = model.config.get("vision_config") or {}
         self.patch_size = int(vision.get("patch_size") or 1)
@@ -89,15 +93,8 @@ class MediaProcessor:
         return self._texts(texts, truncate)
 
     def _texts(self, texts: list[str], truncate: bool) -> list[Features]:
-        if self.encodes_queries:
-            # ColPali's processor builds its outputs with torch ops: ask for tensors. One
-            # query at a time: its batches are padded.
-            return [
-                self._features(
-                    "text", self._arrays(self.processor.process_queries([t], return_tensors="pt"))
-                )
-                for t in texts
-            ]
+        if self._queries is not None:
+            return [self._query(text, index, truncate) for index, text in enumerate(texts)]
         pieces = self._pieces(texts)
         options: dict[str, Any] = {"max_length": self.max_length}
         if self.facts.pads_text:  # as SigLIP's processor documents: to the max length
@@ -111,14 +108,28 @@ class MediaProcessor:
             if not truncate and int(arrays["input_ids"].shape[-1]) >= self.max_length:
                 full = len(self.tokenizer(text, verbose=False)["input_ids"])
                 if full > self.max_length:
-                    count = f"more than {full}" if text is not texts[index] else str(full)
-                    raise BadRequest(
-                        f"input {index}: {count} tokens, more than model {self.model_name!r} "
-                        f"takes ({self.max_length}); send truncate=true or shorten it",
-                        param="input",
-                    )
+                    raise self._too_long(index, full, text is not texts[index])
             items.append(self._features("text", arrays))
         return items
+
+    def _query(self, text: str, index: int, truncate: bool) -> Features:
+        """One ColPali/ColQwen2 query (one at a time: the processor pads its batches)."""
+        assert self._queries is not None
+        arrays, piece = self._queries.encode(text)
+        length = int(arrays["input_ids"].shape[-1])
+        if length > self.max_length:
+            if not truncate:
+                raise self._too_long(index, length, len(piece) < len(text))
+            arrays = self._queries.truncated(arrays)
+        return self._features("text", self._arrays(arrays))
+
+    def _too_long(self, index: int, full: int, cut: bool) -> BadRequest:
+        count = f"more than {full}" if cut else str(full)
+        return BadRequest(
+            f"input {index}: {count} tokens, more than model {self.model_name!r} "
+            f"takes ({self.max_length}); send truncate=true or shorten it",
+            param="input",
+        )
 
     @staticmethod
     def _text_cut(tokenizer: Any, max_length: int) -> tuple[TextCut | None, Any]:
@@ -134,13 +145,13 @@ class MediaProcessor:
         cutter.enable_truncation(max_length)
         return TextCut(max_length, longest_token_chars(cutter)), cutter
 
-    def _pieces(self, texts: list[str]) -> list[str]:
+    def _pieces(self, texts: list[str], special_tokens: bool = True) -> list[str]:
         """``texts``, each longer than the model can use cut to what its tokens come from."""
         cut = self._cut
         if cut is None or all(len(t) <= cut.chars for t in texts):
             return texts
         long = [i for i, t in enumerate(texts) if len(t) > cut.chars]
-        _, pieces = cut.encode(self._cutter, [texts[i] for i in long], "right", True)
+        _, pieces = cut.encode(self._cutter, [texts[i] for i in long], "right", special_tokens)
         out = list(texts)
         for i, piece in zip(long, pieces, strict=True):
             out[i] = piece
@@ -157,9 +168,14 @@ class MediaProcessor:
         raise BadRequest(f"model {self.model_name!r} ({self.kind}) does not score text pairs")
 
     def tokenize_detail(self, text: str, *, add_special_tokens: bool = True) -> list[dict]:
-        """TEI's /tokenize rows, from the model's own tokenizer."""
+        """TEI's /tokenize rows, from the model's own tokenizer, truncated at the max length
+        as a text model's are; a long text is cut first, never tokenised whole."""
         enc = self.tokenizer(
-            text, add_special_tokens=add_special_tokens, return_offsets_mapping=True
+            self._pieces([text], add_special_tokens)[0],
+            add_special_tokens=add_special_tokens,
+            return_offsets_mapping=True,
+            truncation=True,
+            max_length=self.max_length,
         )
         special = set(self.tokenizer.all_special_ids)
         rows = []
