@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ember.batch import Tokens
-from ember.engine.engine import _skip_prompt
+from ember.engine.text_inputs import _skip_prompt
 from ember.errors import BadRequest
 from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec

@@ -337,8 +337,8 @@ async def tei_tokenize(engines: EngineArray, body: s.TEITokenizeRequest, limit: 
     texts = _as_list(body.inputs)
     check_batch(len(texts), limit, "inputs")
     engine = engines.get(body.model)
-    if body.prompt_name and engine.model is not None:
-        texts = engine.with_prompt(texts, body.prompt_name)
+    if body.prompt_name and engine.text_inputs is not None:
+        texts = engine.text_inputs.with_prompt(texts, body.prompt_name)
     tokens = await engine.tokenize(texts, add_special_tokens=body.add_special_tokens)
     return Reply(tokens, Timings())
 

@@ -11,7 +11,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -27,6 +26,7 @@ from ember.engine.cache import EmbeddingCache, embed_through, model_identity
 from ember.engine.forward import Piece, load_at_priority, run_batch
 from ember.engine.prepare import Prepare, Preparer
 from ember.engine.result import Result, Timings
+from ember.engine.text_inputs import TextInputs
 from ember.errors import BadRequest, ConfigError, NotReady, RequestTimeout
 from ember.families.base import Family
 from ember.heads import postprocess
@@ -38,31 +38,10 @@ from ember.metrics import Metrics
 from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec, ResolvedModel
 from ember.processors import TextProcessor, build_processor
-from ember.processors.text import Direction, TextTokenizer
+from ember.processors.text import Direction
 from ember.prompts import SIDE_INPUT_TYPES, prompt_for
 
 log = logging.getLogger(__name__)
-
-
-def _with_adapter(job: Callable[[], list], adapter: int) -> list:
-    """``job``'s tokens, each to run through the model's LoRA task adapter ``adapter``."""
-    return [replace(t, adapter=adapter) for t in job()]
-
-
-def _skip_prompt(
-    encode: Callable[[], list], skip: int, processor: Any, direction: Direction
-) -> list:
-    """Inputs that pool from past their prompt's ``skip`` positions (leading special tokens
-    included). Truncation from the left cuts the prompt first: only what is left of it is
-    skipped, the leading special tokens always."""
-    tokens = encode()
-    if direction != "left":
-        return [replace(t, pool_from=skip) for t in tokens]
-    lead = processor.leading_specials
-    return [
-        replace(t, pool_from=max(lead, skip - (t.truncated_from or len(t)) + len(t)))
-        for t in tokens
-    ]
 
 
 CPU_WARM_UP_LENGTH = 64
@@ -104,9 +83,7 @@ class Engine:
         self.heads: dict[Output, Head] = {}
         self.batcher: Batcher | None = None
         self._prepare = Preparer(media_budget)
-        # Per prompt name, the positions its prompt takes: only for a model whose Pooling
-        # leaves the prompt out (include_prompt false); empty otherwise.
-        self._prompt_positions: dict[str, int] = {}
+        self.text_inputs: TextInputs | None = None  # set at start
         self.ready = False
         self.load_seconds = 0.0
         self.warmup_seconds = 0.0
@@ -137,13 +114,9 @@ class Engine:
         self.heads = await loop.run_in_executor(None, build_heads, model)
         if self.cache is not None:
             self._identity = await loop.run_in_executor(None, model_identity, model, backend.info)
-        if not model.include_prompt and isinstance(self.processor, TextTokenizer):
-            tokenizer = self.processor
-            self._prompt_positions = {
-                name: tokenizer.prompt_length(prefix)
-                for name, prefix in model.prompts.items()
-                if prefix
-            }
+        self.text_inputs = TextInputs(
+            model, self.processor, accept_token_ids=self.spec.accept_token_ids
+        )
         static_batch = backend.max_batch_size
         max_batch_size = min(self.spec.max_batch_size, static_batch or self.spec.max_batch_size)
         self.batcher = Batcher(
@@ -315,8 +288,6 @@ class Engine:
                     param="dimensions",
                 )
             postprocess.truncate_dimensions(np.zeros((1, 1)), dimensions, model.hidden_size)
-        processor = self.processor
-        assert processor is not None
         items = list(inputs)
         prepare: Prepare
         if modality != "text":
@@ -327,45 +298,16 @@ class Engine:
                     param="truncate_prompt_tokens",
                 )
             prepare = self._media(items, modality)
-        elif items and not isinstance(items[0], str):
-            if not self.spec.accept_token_ids:
-                raise BadRequest(
-                    "this server takes text, not token ids (--no-accept-token-ids): send the "
-                    "text itself (LangChain: OpenAIEmbeddings(..., "
-                    "check_embedding_ctx_length=False))",
-                    param="input",
-                )
-            if max_tokens is not None:
-                limited = self._limited(processor, max_tokens)
-                job = lambda: limited(items, direction=truncation_direction)  # noqa: E731
-            else:
-                job = lambda: processor.from_ids(items, truncate=truncate, query=query)  # noqa: E731
         else:
-            if processor.encodes_queries and prompt_name in ("query", "document"):
-                query = prompt_name == "query"  # the side; a Router applies its prompt too
-                if not (processor.side_prompts and prompt_name in model.prompts):
-                    prompt_name = None
-            texts = self.with_prompt(items, prompt_name)  # type: ignore[arg-type]
-            if max_tokens is not None:
-                encode = partial(
-                    self._limited(processor, max_tokens), texts, direction=truncation_direction
-                )
-            else:
-                encode = partial(
-                    processor.encode,
-                    texts,
-                    truncate=truncate,
-                    direction=truncation_direction,
-                    query=query,
-                )
-            job = encode
-            skip = self._prompt_positions.get(prompt_name or model.default_prompt_name or "")
-            if skip:  # the model pools without its prompt's tokens
-                job = partial(_skip_prompt, encode, skip, processor, truncation_direction)
-            adapter = model.task_adapters.get(prompt_name or model.default_prompt_name or "")
-            if adapter is not None:  # the prompt names a task: its LoRA adapter too
-                job = partial(_with_adapter, job, adapter)
-        if modality == "text":
+            assert self.text_inputs is not None
+            job = self.text_inputs.job(
+                items,
+                truncate=truncate,
+                direction=truncation_direction,
+                prompt_name=prompt_name,
+                query=query,
+                max_tokens=max_tokens,
+            )
             prepare = self._prepare.tokenizing(job, sum(map(len, items)))
         rows, result = await self._run(prepare, output, len(items))
         if output == "dense":
@@ -465,38 +407,6 @@ class Engine:
                 processor.tokenize_detail(t, add_special_tokens=add_special_tokens) for t in texts
             ]
         )
-
-    def _limited(self, processor: TextProcessor, max_tokens: int) -> Callable[..., list]:
-        """``TextTokenizer.within`` at ``max_tokens`` (-1: the model's max), checked."""
-        limit = processor.max_length if max_tokens == -1 else max_tokens
-        if not 1 <= limit <= processor.max_length:
-            raise BadRequest(
-                f"truncate_prompt_tokens {max_tokens} is outside 1..{processor.max_length} "
-                f"(this model's max length; -1 means it)",
-                param="truncate_prompt_tokens",
-            )
-        if type(processor) is not TextTokenizer:  # ColBERT, Router, media: their own cuts
-            raise BadRequest(
-                f"truncate_prompt_tokens is for text models with one tokenizer; model "
-                f"{self.name!r} ({self.family.name}) cuts its inputs its own way: send "
-                "truncate instead",
-                param="truncate_prompt_tokens",
-            )
-        return partial(processor.within, limit=limit)
-
-    def with_prompt(self, texts: list[str], prompt_name: str | None) -> list[str]:
-        assert self.model is not None
-        name = prompt_name or self.model.default_prompt_name
-        if name is None:
-            return texts
-        if name not in self.model.prompts:
-            raise BadRequest(
-                f"prompt_name {name!r} is not one of this model's prompts "
-                f"{sorted(self.model.prompts) or '(none)'}",
-                param="prompt_name",
-            )
-        prefix = self.model.prompts[name]
-        return [prefix + t for t in texts] if prefix else texts
 
     def _media(self, items: list, modality: Modality) -> Prepare:
         processor = self.processor
