@@ -50,7 +50,7 @@ class ChatRerankTokenizer(TextTokenizer):
         self.cuts = facts.max_length is not None
         self._hf = _chat_tokenizer(model)
         self.flat = _is_flat(facts, model.model_type, self._hf.chat_template)
-        self._suffixes: dict[str | None, list[int]] = {}
+        self._tails: dict[str | None, list[int]] = {}
         self._check_pair_roles(model.served_name)
 
     def _message(self, role: str, text: str) -> dict[str, Any]:
@@ -95,12 +95,12 @@ class ChatRerankTokenizer(TextTokenizer):
                 "'query' and 'document' roles"
             )
 
-    def _suffix(self, prompt: str | None) -> list[int]:
+    def _tail(self, prompt: str | None) -> list[int]:
         """The template's tail after the document: the longest common token suffix of the
         pair rendered with two fillers (the system prompt kept), empty when they never
         differ."""
-        if prompt in self._suffixes:
-            return self._suffixes[prompt]
+        if prompt in self._tails:
+            return self._tails[prompt]
         first, second = self._render([self._conversation(f, f, prompt) for f in _FILLERS])
         count = 0
         for left, right in zip(reversed(first), reversed(second), strict=False):
@@ -108,9 +108,9 @@ class ChatRerankTokenizer(TextTokenizer):
                 break
             count += 1
         suffix = first[len(first) - count :] if 0 < count < min(len(first), len(second)) else []
-        if len(self._suffixes) >= _SUFFIX_CACHE:
-            self._suffixes.pop(next(iter(self._suffixes)))
-        self._suffixes[prompt] = suffix
+        if len(self._tails) >= _SUFFIX_CACHE:
+            self._tails.pop(next(iter(self._tails)))
+        self._tails[prompt] = suffix
         return suffix
 
     def encode_pairs(
@@ -137,7 +137,7 @@ class ChatRerankTokenizer(TextTokenizer):
         if full > limit:
             ids = ids[-limit:] if self.facts.truncation_side == "left" else ids[:limit]
         if self.cuts and self.facts.restore_suffix and len(ids) >= limit:
-            suffix = self._suffix(prompt)
+            suffix = self._tail(prompt)
             keep = min(len(suffix), len(ids))
             if keep:
                 ids = ids[: len(ids) - keep] + suffix[len(suffix) - keep :]
