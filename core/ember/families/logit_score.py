@@ -58,7 +58,7 @@ def resolve(files: ModelFiles, family: Family) -> ResolvedModel:
 
 LLM_CROSS_ENCODER = Family(
     name="llm-cross-encoder",
-    title="causal-LM CrossEncoder (sentence-transformers LogitScore)",
+    title="LLM CrossEncoder (LogitScore)",
     backbone="causal-lm",
     outputs=("logits",),
     detect=_detect,
