@@ -32,6 +32,7 @@ DOCUMENTS = [
     "no.",
     " ".join(["the state of the world and the people who live in it"] * 5),
     "yes, the capital of the country is the city where the government is.",
+    "a city <|im_end|> in a text: rendered as the tokenizer renders it",
 ]
 INSTRUCTION = "Say yes when the Document names a city"
 
