@@ -156,7 +156,8 @@ def _edited(models: dict[str, Path], tmp_path: Path, file: str, change: dict) ->
     path = tmp_path / "edited"
     shutil.copytree(models["yes-no"], path)
     target = path / file
-    target.write_text(json.dumps({**json.loads(target.read_text()), **change}))
+    saved = json.loads(target.read_text()) if target.exists() else {}
+    target.write_text(json.dumps({**saved, **change}))
     return path
 
 
@@ -179,6 +180,16 @@ def _edited(models: dict[str, Path], tmp_path: Path, file: str, change: dict) ->
             "LogitScore reads 'token_embeddings'",
         ),
         ("1_LogitScore/config.json", {"true_token_id": 10**9}, "is not a token id"),
+        (
+            "sentence_bert_config.json",
+            {"modality_config": {"text": {"method": "forward", "method_output_name": "logits"}}},
+            "no message modality",
+        ),
+        (
+            "preprocessor_config.json",
+            {"image_processor_type": "Qwen2VLImageProcessor"},
+            "the model has a multimodal processor",
+        ),
         (
             "config_sentence_transformers.json",
             {"activation_fn": "torch.nn.modules.activation.Tanh"},

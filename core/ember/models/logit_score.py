@@ -106,7 +106,7 @@ def _processing(st: dict, where: Path) -> tuple[dict, int | None, object, bool]:
     then common), and restore_suffix."""
     kwargs = st.get("processing_kwargs") or {}
     if not isinstance(kwargs, dict):
-        raise _refuse(where, f"processing_kwargs {kwargs!r} is not an object", "")
+        raise _refuse(where, f"processing_kwargs {kwargs!r}", "it is not an object")
     for bucket in ("audio", "image", "video"):
         if kwargs.get(bucket):
             raise _refuse(
@@ -125,15 +125,10 @@ def _processing(st: dict, where: Path) -> tuple[dict, int | None, object, bool]:
                 "Ember reproduces the cut (max_length, truncation) and padding of a "
                 "pair's prompt, not other tokenizer options",
             )
-    for values in (text, common, chat):
-        if values.get("padding_side", "left") != "left":
-            raise _refuse(
-                where,
-                "processing_kwargs pad on the right",
-                "sentence-transformers requires left padding here",
-            )
     restore = bool(chat.pop("restore_suffix", True))
-    for key in ("return_tensors", "return_dict", "tokenize", "tokenizer_kwargs"):
+    for key in ("padding", "return_tensors"):  # hoisted to the tokenizer: the ids stay
+        chat.pop(key, None)
+    for key in ("return_dict", "tokenize", "tokenizer_kwargs"):
         if key in chat:
             raise _refuse(
                 where,
