@@ -205,6 +205,16 @@ def test_what_it_cannot_reproduce_is_refused(
         resolve_model(ModelSpec(str(path)))
 
 
+def test_a_task_or_pooling_it_does_not_have_is_refused(models: dict[str, Path]) -> None:
+    for spec in (
+        ModelSpec(str(models["yes-no"]), task="embed"),
+        ModelSpec(str(models["yes-no"]), pooling="last"),
+    ):
+        with pytest.raises(ConfigError, match="CrossEncoder .* it reranks"):
+            resolve_model(spec)
+    assert resolve_model(ModelSpec(str(models["yes-no"]), task="rerank")).task == "rerank"
+
+
 def test_a_module_after_logit_score_is_refused(models: dict[str, Path], tmp_path: Path) -> None:
     path = tmp_path / "more"
     shutil.copytree(models["yes-no"], path)

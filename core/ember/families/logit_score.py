@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ember.errors import ConfigError
 from ember.families.base import Family, ModelFiles, lazy
 from ember.families.llm_reranker import heads
 from ember.models.logit_score import chat_reranker
@@ -30,6 +31,13 @@ def resolve(files: ModelFiles, family: Family) -> ResolvedModel:
     spec, config, hf_dir = files.spec, files.config, files.modules.transformer_dir
     logit_dir = files.modules.logit_score
     assert logit_dir is not None
+    if spec.task not in (None, "rerank") or spec.pooling is not None:
+        asked = f"--task {spec.task}" if spec.task not in (None, "rerank") else "--pooling"
+        raise ConfigError(
+            f"{files.served_name} is a sentence-transformers CrossEncoder (Transformer + "
+            f"LogitScore): it reranks, and {asked} asks for what its files do not hold; drop "
+            f"{asked}"
+        )
     archs = config.get("architectures") or [""]
     reranker = chat_reranker(
         files.root, hf_dir, logit_dir, config, spec.instruction, spec.trust_remote_code
