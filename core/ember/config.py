@@ -118,8 +118,9 @@ class ServerSettings(BaseSettings):
     )
     instruction: str | None = _per_model(
         "An LLM reranker's instruction (Qwen3-Reranker's `<Instruct>`, mxbai-rerank-v2's "
-        "instruction line, bge-reranker-v2-gemma's prompt); auto is its card's. A request's "
-        "`instruction` replaces it.",
+        "instruction line, bge-reranker-v2-gemma's prompt, an LLM CrossEncoder's system "
+        "prompt); auto is its card's (its saved default prompt). A request's `instruction` "
+        "replaces it.",
         "auto",
     )
     request_timeout: float = Field(

@@ -85,8 +85,9 @@ class MediaEmbeddingsRequest(_Body):
 
 INSTRUCTION = (
     "An LLM reranker's instruction for this request (Qwen3-Reranker's `<Instruct>`, "
-    "mxbai-rerank-v2's instruction line, bge-reranker-v2-gemma's prompt), in place of the "
-    "model's (--instruction, else its card's); 400 for other models."
+    "mxbai-rerank-v2's instruction line, bge-reranker-v2-gemma's prompt, an LLM "
+    "CrossEncoder's system prompt), in place of the model's (--instruction, else its "
+    "card's); 400 for other models."
 )
 
 

@@ -181,7 +181,7 @@ def compile_options(model: ResolvedModel) -> CompileOptions:
     settings gets the settings' defaults)."""
     if model.llm is not None:
         raise ConfigError(
-            f"model {model.served_name!r} is an LLM reranker ({model.llm.template.name}, "
+            f"model {model.served_name!r} is an LLM reranker ({model.llm.name}, "
             f"{model.architecture}): the neuron backend compiles encoders and sequence "
             "classifiers; use --backend torch or onnx"
         )

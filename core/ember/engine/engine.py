@@ -334,7 +334,7 @@ class Engine:
         """One score per document: a cross-encoder's or an LLM reranker's (sigmoid unless
         raw), or MaxSim's. ``modality`` says what the documents are (page images for
         ColPali); the query is text. ``instruction`` replaces an LLM reranker's own."""
-        self._loaded()
+        model = self._loaded()
         processor = self.processor
         assert processor is not None
         scoring = self.family.require_scoring(self.name)
@@ -376,7 +376,9 @@ class Engine:
             "logits",
             len(pairs),
         )
-        result.outputs = postprocess.rerank_scores(np.stack(rows), raw=raw_scores)
+        result.outputs = postprocess.rerank_scores(
+            np.stack(rows), raw=raw_scores or model.rerank_activation == "none"
+        )
         return _served(len(pairs), result)
 
     async def classify(

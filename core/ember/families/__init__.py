@@ -17,6 +17,7 @@ from ember.families.classifier import CLASSIFIER
 from ember.families.colbert import COLBERT
 from ember.families.cross_encoder import CROSS_ENCODER
 from ember.families.llm_reranker import LLM_RERANKER
+from ember.families.logit_score import LLM_CROSS_ENCODER
 from ember.families.router import ROUTERS
 from ember.families.splade import SPLADE
 from ember.families.static import SPARSE_STATIC, STATIC
@@ -33,6 +34,7 @@ FAMILIES: tuple[Family, ...] = (
     SPARSE_STATIC,
     *TOWERS,
     *VLMS,
+    LLM_CROSS_ENCODER,
     LLM_RERANKER,
     BGE_M3,
     SPLADE,

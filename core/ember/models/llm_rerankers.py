@@ -106,6 +106,10 @@ class LlmReranker:
     instruction: str | None
     token_ids: tuple[int, ...]
 
+    @property
+    def name(self) -> str:
+        return self.template.name
+
 
 def _template_for(config: dict) -> LlmTemplate | None:
     archs = config.get("architectures") or []

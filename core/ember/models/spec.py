@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from ember.families.base import Family
     from ember.media.limits import MediaLimits
     from ember.models.llm_rerankers import LlmReranker
+    from ember.models.logit_score import ChatReranker
 
 Task = Literal["embed", "rerank", "classify"]
 # What turns a classifier's logits into label scores (transformers' text-classification
@@ -131,8 +132,12 @@ class ResolvedModel:
     # A remote-code model's LoRA task adapters (jina-embeddings-v3's lora_adaptations): the
     # id its forward takes as adapter_mask, by task name, each also a prompt name.
     task_adapters: dict[str, int] = field(default_factory=dict)
-    # An LLM reranker's template, instruction and answer tokens (ember.models.llm_rerankers).
-    llm: LlmReranker | None = None
+    # An LLM reranker's template, instruction and answer tokens (ember.models.llm_rerankers),
+    # or a causal-LM CrossEncoder's chat template and answer tokens (ember.models.logit_score).
+    llm: LlmReranker | ChatReranker | None = None
+    # What a reranker's relevance_score is of its logit: sigmoid, or the logit itself (a
+    # CrossEncoder saved with activation_fn Identity).
+    rerank_activation: Literal["sigmoid", "none"] = "sigmoid"
 
     def __post_init__(self) -> None:
         if self.family is None:

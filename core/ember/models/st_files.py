@@ -46,6 +46,9 @@ class StModules:
     sparse_activation: SparseActivation = "relu"  # SpladePooling's
     mlm: bool = False  # an MLMTransformer or SpladePooling: a SPLADE SparseEncoder
     pylate: bool = False  # PyLate's Dense: a ColBERT
+    # A CrossEncoder's LogitScore after a causal LM (sentence-transformers 6.2): its
+    # directory, holding its config.json (ember.models.logit_score reads it).
+    logit_score: Path | None = None
 
 
 # Module types by the last part of their class path (sentence_transformers.models.* in 5.x,
@@ -56,6 +59,7 @@ _COLBERT_MODULES = ("pylate.models.Dense", "pylate.models.Dense.Dense")
 TABLE_MODULES = ("StaticEmbedding", "SparseStaticEmbedding")
 ROUTER = "Router"
 _INPUT_MODULES = (*TABLE_MODULES, ROUTER)
+LOGIT_SCORE = "LogitScore"
 
 
 def st_modules(root: Path) -> StModules:
@@ -72,6 +76,7 @@ def st_pipeline(root: Path, entries: list[tuple[str, Path]], where: Path) -> StM
     transformer_dir, pooling, normalize, start = root, None, False, None
     mlm = pylate = False
     dense: list[Path] = []
+    logit_score: Path | None = None
     activation: SparseActivation = "relu"
     for index, (full, mpath) in enumerate(entries):
         name = full.rsplit(".", 1)[-1]
@@ -79,6 +84,19 @@ def st_pipeline(root: Path, entries: list[tuple[str, Path]], where: Path) -> StM
             if index:
                 raise ConfigError(f"{where}: {name} must be the first module (it reads the text)")
             transformer_dir, start = mpath, name
+        elif logit_score is not None:
+            raise ConfigError(
+                f"{where}: a {name} module after LogitScore is not supported; Ember serves a "
+                "causal-LM CrossEncoder as Transformer + LogitScore, its score as LogitScore "
+                "leaves it"
+            )
+        elif name == LOGIT_SCORE:
+            if index != 1 or start is not None:
+                raise ConfigError(
+                    f"{where}: LogitScore must follow the Transformer directly (Ember serves "
+                    "Transformer + LogitScore)"
+                )
+            logit_score = mpath
         elif start == ROUTER and name != "Normalize":
             raise ConfigError(
                 f"{where}: a {name} module after a Router is not supported; Ember serves a "
@@ -107,10 +125,19 @@ def st_pipeline(root: Path, entries: list[tuple[str, Path]], where: Path) -> StM
             raise ConfigError(
                 f"sentence-transformers module {name!r} in {where} is not supported yet; "
                 "Ember serves Transformer + Pooling (+ Dense, Normalize) models, "
-                "StaticEmbedding, Router, PyLate ColBERT and SPLADE SparseEncoder models"
+                "StaticEmbedding, Router, PyLate ColBERT, SPLADE SparseEncoder and causal-LM "
+                "CrossEncoder (Transformer + LogitScore) models"
             )
     return StModules(
-        transformer_dir, pooling, normalize, start, tuple(dense), activation, mlm, pylate
+        transformer_dir,
+        pooling,
+        normalize,
+        start,
+        tuple(dense),
+        activation,
+        mlm,
+        pylate,
+        logit_score,
     )
 
 
