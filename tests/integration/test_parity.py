@@ -69,6 +69,26 @@ def test_rerank_matches_cross_encoder(engine: SyncEngineArray, tiny_reranker_pat
     np.testing.assert_allclose(scores, torch.sigmoid(torch.tensor(raw_ref)).numpy(), atol=1e-5)
 
 
+def test_rerank_follows_a_saved_identity_activation(tiny_reranker_path: Path, tmp_path: Path):
+    """A CrossEncoder saved with activation_fn Identity (config_sentence_transformers.json,
+    as sentence-transformers 6.2 writes it): predict's scores are the raw logits, and so
+    is relevance_score here, on every backend auto might pick."""
+    from sentence_transformers import CrossEncoder
+
+    saved = CrossEncoder(str(tiny_reranker_path), device="cpu", activation_fn=torch.nn.Identity())
+    saved.save_pretrained(str(tmp_path / "identity"))
+    reference = CrossEncoder(str(tmp_path / "identity"), device="cpu")
+    assert isinstance(reference.activation_fn, torch.nn.Identity)
+    query, docs = "what is a dense retriever?", TEXTS[:8]
+    expected = reference.predict([(query, d) for d in docs])
+    assert (expected < 0).any() or (expected > 1).any()  # not a probability: raw logits
+    with SyncEngineArray(model_id=str(tmp_path / "identity"), device="cpu") as ember:
+        scores = ember.rerank(query, docs)
+        raw = ember.rerank(query, docs, raw_scores=True)
+    np.testing.assert_allclose(scores, expected, atol=1e-4)
+    np.testing.assert_allclose(raw, expected, atol=1e-4)
+
+
 def test_classify_matches_transformers_pipeline(
     engine: SyncEngineArray, tiny_classifier_path: Path
 ):

@@ -1,16 +1,30 @@
 """A sequence classifier with one label, served as a reranker: its logit per (query,
-document) pair, sigmoid unless ``raw_scores``."""
+document) pair, through the CrossEncoder's saved ``activation_fn`` (sigmoid unless it says
+Identity) unless ``raw_scores``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ember.families.base import Family, lazy, plain
+from ember.families.base import Family, ModelFiles, lazy, plain
 
 if TYPE_CHECKING:
     from ember.capabilities import Output
     from ember.heads.base import Head
     from ember.models.spec import ResolvedModel
+
+
+def resolve(files: ModelFiles, family: Family) -> ResolvedModel:
+    """The pipeline's model, with the score activation CrossEncoder.predict applies."""
+    from ember.models.pipeline import resolve_pipeline
+    from ember.models.score_activation import saved_activation
+
+    model = resolve_pipeline(files, family)
+    if model.task != "rerank":  # --task classify or embed on a one-label classifier
+        return model
+    activation = saved_activation(files.root, files.config, files.spec.trust_remote_code)
+    return replace(model, rerank_activation=activation)
 
 
 def logits_heads(model: ResolvedModel) -> dict[Output, Head]:
@@ -26,7 +40,7 @@ CROSS_ENCODER = Family(
     backbone="sequence-classifier",
     outputs=("logits",),
     detect=plain("rerank"),
-    resolve=lazy("ember.models.pipeline", "resolve_pipeline"),
+    resolve=resolve,
     heads=logits_heads,
     processor=lazy("ember.processors.text", "TextTokenizer"),
     detected_by="`*ForSequenceClassification`, one label",

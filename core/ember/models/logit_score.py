@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ember.errors import ConfigError
+from ember.models.score_activation import ScoreActivation, saved_activation
 from ember.models.st_files import read_json
 
 log = logging.getLogger(__name__)
 
 MessageFormat = Literal["flat", "structured", "auto"]
-ScoreActivation = Literal["sigmoid", "none"]
 
 # Transformer's module_output_name for text-generation, which LogitScore reads.
 CAUSAL_LOGITS = "causal_logits"
@@ -38,12 +38,6 @@ _SIZE_KEYS = ("max_length", "truncation")
 _MODEL_KEYS = ("dtype", "torch_dtype", "attn_implementation", "device_map")
 # Files that make AutoProcessor load a multimodal processor instead of the tokenizer.
 _PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
-_ACTIVATIONS: dict[str, ScoreActivation] = {
-    "torch.nn.modules.activation.Sigmoid": "sigmoid",
-    "torch.nn.Sigmoid": "sigmoid",
-    "torch.nn.modules.linear.Identity": "none",
-    "torch.nn.Identity": "none",
-}
 FAMILY = "a sentence-transformers causal-LM CrossEncoder (Transformer + LogitScore)"
 
 
@@ -192,33 +186,6 @@ def _message_format(st: dict, where: Path) -> MessageFormat:
     return fmt
 
 
-def _activation(root: Path, config: dict, trust_remote_code: bool) -> ScoreActivation:
-    """CrossEncoder's activation_fn: config_sentence_transformers.json's, else config.json's
-    ``sentence_transformers.activation_fn``, else Sigmoid (one label). A path outside
-    torch is ignored by sentence-transformers without trust_remote_code, as here."""
-    st_cfg = read_json(root / "config_sentence_transformers.json") or {}
-    hf = config.get("sentence_transformers") or {}
-    for path in (st_cfg.get("activation_fn"), hf.get("activation_fn")):
-        if not path:
-            continue
-        path = str(path)
-        if path in _ACTIVATIONS:
-            return _ACTIVATIONS[path]
-        if path.startswith("torch.") or trust_remote_code:
-            raise _refuse(
-                root,
-                f"activation_fn {path}",
-                "Ember applies Sigmoid or Identity to a reranker's score",
-            )
-        log.warning(
-            "%s: activation_fn %s is not trusted without --trust-remote-code; "
-            "sentence-transformers then uses its default, as Ember does",
-            root,
-            path,
-        )
-    return "sigmoid"
-
-
 def _check_st_keys(st: dict, where: Path) -> None:
     if st.get("transformer_task") != "text-generation":
         raise _refuse(
@@ -309,5 +276,5 @@ def chat_reranker(
         max_length=max_length if cuts else None,
         truncation_side="left" if side == "left" else "right",
         restore_suffix=restore,
-        activation=_activation(root, config, trust_remote_code),
+        activation=saved_activation(root, config, trust_remote_code),
     )

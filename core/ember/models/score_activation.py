@@ -1,0 +1,55 @@
+"""A sentence-transformers CrossEncoder's saved ``activation_fn``: what its relevance score
+is of the logit. ``CrossEncoder.predict`` applies it, so a reranker saved with Identity
+scores raw logits there, and must here too (a sigmoid over them would reorder nothing but
+change every ``relevance_score`` a client thresholds on).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Literal
+
+from ember.errors import ConfigError
+from ember.models.st_files import read_json
+
+log = logging.getLogger(__name__)
+
+ScoreActivation = Literal["sigmoid", "none"]
+
+_ACTIVATIONS: dict[str, ScoreActivation] = {
+    "torch.nn.modules.activation.Sigmoid": "sigmoid",
+    "torch.nn.Sigmoid": "sigmoid",
+    "torch.nn.modules.linear.Identity": "none",
+    "torch.nn.Identity": "none",
+}
+
+
+def saved_activation(root: Path, config: dict, trust_remote_code: bool) -> ScoreActivation:
+    """The activation sentence-transformers 6.2 loads for a one-label CrossEncoder:
+    config_sentence_transformers.json's ``activation_fn``, else config.json's
+    ``sentence_transformers.activation_fn``, else the pre-4.0
+    ``sbert_ce_default_activation_function``, else Sigmoid. A path outside torch is
+    ignored by sentence-transformers without trust_remote_code, as here; a torch one Ember
+    does not apply is refused at start rather than served with another score."""
+    st_cfg = read_json(root / "config_sentence_transformers.json") or {}
+    hf = config.get("sentence_transformers") or {}
+    legacy = config.get("sbert_ce_default_activation_function")
+    for path in (st_cfg.get("activation_fn"), hf.get("activation_fn"), legacy):
+        if not path:
+            continue
+        path = str(path)
+        if path in _ACTIVATIONS:
+            return _ACTIVATIONS[path]
+        if path.startswith("torch.") or trust_remote_code:
+            raise ConfigError(
+                f"{root}: activation_fn {path}; Ember applies Sigmoid or Identity to a "
+                "reranker's score (as CrossEncoder.predict does with those)"
+            )
+        log.warning(
+            "%s: activation_fn %s is not trusted without --trust-remote-code; "
+            "sentence-transformers then uses its default, as Ember does",
+            root,
+            path,
+        )
+    return "sigmoid"
