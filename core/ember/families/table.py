@@ -14,7 +14,11 @@ from ember.families import FAMILIES
 from ember.families.base import Family
 
 START, END = "<!-- supported-models:start -->", "<!-- supported-models:end -->"
-_SCORING = {"cross-encoder": "sigmoid(logit)", "maxsim": "MaxSim", "llm": "answer-token logits"}
+_SCORING = {
+    "cross-encoder": "activation_fn(logit), sigmoid by default",
+    "maxsim": "MaxSim",
+    "llm": "answer-token logits",
+}
 
 
 def cpu_auto(family: Family) -> str:
