@@ -158,6 +158,16 @@ def test_a_key_limited_to_one_model_lists_only_that_one(cache_server: ServerProc
     )
     assert unknown.status_code == 404
     assert unknown.json()["error"]["message"].endswith("served models: minilm-b")
+    # no `model`: the one this key may use (several served); the --api-key key must name one
+    for key, status, served in ((MINILM_B_KEY, 200, "minilm-b"), (API_KEY, 400, None)):
+        unnamed = httpx.post(
+            cache_server.url + "/v1/embeddings", json={"input": "a"}, headers=bearer(key)
+        )
+        assert unnamed.status_code == status, unnamed.text
+        if served:
+            assert unnamed.json()["model"] == served
+        else:
+            assert "several models are served" in unnamed.json()["error"]["message"]
 
 
 def test_a_key_whose_models_are_not_served_lists_none(keyed) -> None:

@@ -92,8 +92,9 @@ class EngineArray:
         return ", ".join(e.name for e in self.visible()) or "none this API key may use"
 
     def get(self, name: str | None) -> Engine:
-        """One model: any name is accepted (as Infinity and TEI do). Several: exact match.
-        Forbidden when the request's API key may not use it."""
+        """One model: any name is accepted (as Infinity and TEI do). Several: exact match,
+        or with no name the one model the request's API key may use. Forbidden when the
+        key may not use it."""
         return _allowed(self._find(name))
 
     def _find(self, name: str | None) -> Engine:
@@ -104,6 +105,9 @@ class EngineArray:
                 return engine
         served = self._served()
         if not name:
+            visible = self.visible()
+            if len(visible) == 1:  # a key limited to one model: no name means that one
+                return visible[0]
             raise BadRequest(
                 f"several models are served; set `model` to one of: {served}", param="model"
             )
@@ -113,7 +117,7 @@ class EngineArray:
         """Like get(), but with no name and several models, pick the one that has
         ``capability`` (``embed`` counts any embedding output)."""
         if not name and len(self.engines) > 1:
-            doing = [e for e in self.engines if e.model is not None and e.family.does(capability)]
+            doing = [e for e in self.visible() if e.model is not None and e.family.does(capability)]
             if len(doing) == 1:
                 return _allowed(doing[0])
         return self.get(name)
@@ -122,9 +126,10 @@ class EngineArray:
         """Like get(), but with no name and several models, the first served model that
         tokenises (every loaded one does): ``/tokenize`` and ``/decode`` need no model."""
         if not name and len(self.engines) > 1:
-            loaded = [e for e in self.engines if e.processor is not None]
+            visible = self.visible() or self.engines  # none: the first, refused below
+            loaded = [e for e in visible if e.processor is not None]
             # none loaded yet: its calls answer "still loading"
-            return _allowed((loaded or self.engines)[0])
+            return _allowed((loaded or visible)[0])
         return self.get(name)
 
     def capabilities(self, name: str | None) -> set[Capability]:
