@@ -30,6 +30,7 @@ from tests.fixtures.llm_rerankers import (
     build_tiny_mxbai_reranker,
     build_tiny_qwen3_reranker,
     reference_scores,
+    scores_by_index,
 )
 from tests.support import ServerProcess, refused_start, start_server
 
@@ -73,13 +74,6 @@ def server(
         yield running
 
 
-def _by_index(results: list[dict], key: str) -> np.ndarray:
-    scores = np.zeros(len(results))
-    for item in results:
-        scores[item["index"]] = item[key]
-    return scores
-
-
 def _close(got: np.ndarray, want: np.ndarray) -> float:
     worst = float(np.abs(got - want).max())
     assert worst <= TOLERANCE, (got, want)
@@ -111,8 +105,8 @@ def test_cohere_rerank_matches_the_reference(
         (r["relevance_score"] for r in results), reverse=True
     )
     assert all(r["document"]["text"] == DOCUMENTS[r["index"]] for r in results)
-    _close(_by_index(results, "relevance_score"), scores)
-    _close(_by_index(got_raw["results"], "relevance_score"), raw)
+    _close(scores_by_index(results, "relevance_score"), scores)
+    _close(scores_by_index(got_raw["results"], "relevance_score"), raw)
     assert np.ptp(raw) > 0.3  # the documents are told apart: a wrong row would show
 
 
@@ -129,8 +123,8 @@ def test_rerank_route_takes_both_bodies(
             "/rerank",
             json={"model": family, "query": QUERY, "texts": DOCUMENTS, "raw_scores": True},
         ).json()
-    _close(_by_index(cohere["results"], "relevance_score"), scores)
-    _close(_by_index(tei, "score"), raw)
+    _close(scores_by_index(cohere["results"], "relevance_score"), scores)
+    _close(scores_by_index(tei, "score"), raw)
 
 
 @pytest.mark.parametrize(
@@ -150,7 +144,7 @@ def test_a_request_instruction_replaces_the_model_one(
     body = {"model": family, "query": QUERY, "texts": DOCUMENTS, "instruction": instruction}
     with server.client() as client:
         tei = client.post("/rerank", json=body).json()
-    _close(_by_index(tei, "score"), scores)
+    _close(scores_by_index(tei, "score"), scores)
 
 
 def test_a_model_instruction_is_its_default(server: ServerProcess, models: dict[str, Path]) -> None:
@@ -161,8 +155,8 @@ def test_a_model_instruction_is_its_default(server: ServerProcess, models: dict[
     with server.client() as client:
         own = client.post("/v1/rerank", json=body).json()["results"]
         asked = client.post("/v1/rerank", json={**body, "instruction": other}).json()["results"]
-    _close(_by_index(own, "relevance_score"), scores)
-    _close(_by_index(asked, "relevance_score"), overridden)
+    _close(scores_by_index(own, "relevance_score"), scores)
+    _close(scores_by_index(asked, "relevance_score"), overridden)
 
 
 @pytest.mark.parametrize(

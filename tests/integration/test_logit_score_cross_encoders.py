@@ -20,7 +20,7 @@ import pytest
 from ember.errors import ConfigError
 from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec
-from tests.fixtures.llm_rerankers import build_st_causal_cross_encoders
+from tests.fixtures.llm_rerankers import build_st_causal_cross_encoders, scores_by_index
 from tests.support import ServerProcess, refused_start, start_server
 
 TOLERANCE = 1e-4
@@ -78,13 +78,6 @@ def server(
         yield running
 
 
-def _by_index(results: list[dict], key: str) -> np.ndarray:
-    scores = np.zeros(len(results))
-    for item in results:
-        scores[item["index"]] = item[key]
-    return scores
-
-
 def _close(got: np.ndarray, want: np.ndarray) -> None:
     assert float(np.abs(got - want).max()) <= TOLERANCE, (got, want)
 
@@ -112,8 +105,8 @@ def test_rerank_matches_cross_encoder_predict(
             "/rerank",
             json={"model": served, "query": QUERY, "texts": DOCUMENTS, "raw_scores": True},
         ).json()
-    _close(_by_index(cohere, "relevance_score"), scores)
-    _close(_by_index(tei, "score"), raw)
+    _close(scores_by_index(cohere, "relevance_score"), scores)
+    _close(scores_by_index(tei, "score"), raw)
     assert np.ptp(raw) > 0.3  # the documents are told apart: a wrong row would show
     if served == "true-only":  # Identity: the relevance score is the true token's logit
         _close(scores, raw)
@@ -136,8 +129,8 @@ def test_an_instruction_is_the_prompt(server: ServerProcess, reference: dict[str
     with server.client() as client:
         own = client.post("/v1/rerank", json=body).json()["results"]
         got = client.post("/v1/rerank", json={**body, "instruction": INSTRUCTION}).json()
-    _close(_by_index(own, "relevance_score"), default)
-    _close(_by_index(got["results"], "relevance_score"), asked)
+    _close(scores_by_index(own, "relevance_score"), default)
+    _close(scores_by_index(got["results"], "relevance_score"), asked)
 
 
 def test_score_route_matches(server: ServerProcess, reference: dict[str, object]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from ember.errors import ConfigError
-from ember.jobs.shards import _atomic_write
+from ember.jobs.shards import _atomic_write, same_job
 
 CHECKPOINT_SUFFIX = ".ember-job.json"
 
@@ -44,14 +44,7 @@ class ResultsFile:
         if self.checkpoint_path.exists() and not overwrite:
             raw = json.loads(self.checkpoint_path.read_text())
             checkpoint = BatchCheckpoint(**raw)
-            if checkpoint.job != job:
-                changed = sorted(
-                    k for k in {*job, *checkpoint.job} if job.get(k) != checkpoint.job.get(k)
-                )
-                raise ConfigError(
-                    f"{self.path} holds another job's results (differs in {', '.join(changed)}); "
-                    "write to a new --output, or pass --overwrite to start again"
-                )
+            same_job(job, checkpoint.job, f"{self.path} holds another job's results")
         elif self.path.exists() and not overwrite:
             raise ConfigError(
                 f"{self.path} exists but has no {self.checkpoint_path.name}; write to a new "

@@ -31,6 +31,16 @@ def shard_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
 
 
+def same_job(job: dict[str, Any], recorded: dict[str, Any], holds: str) -> None:
+    """Refuse to resume a checkpoint written by a job with other settings, naming them."""
+    if job != recorded:
+        changed = sorted(k for k in {*job, *recorded} if job.get(k) != recorded.get(k))
+        raise ConfigError(
+            f"{holds} (differs in {', '.join(changed)}); write to a new --output, or pass "
+            "--overwrite to start again"
+        )
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + TEMP_SUFFIX)
     try:
@@ -123,14 +133,7 @@ class Dataset:
         checkpoint = None
         if self.checkpoint_path.exists() and not overwrite:
             checkpoint = Checkpoint.read(self.checkpoint_path)
-            if checkpoint.job != job:
-                changed = sorted(
-                    k for k in {*job, *checkpoint.job} if job.get(k) != checkpoint.job.get(k)
-                )
-                raise ConfigError(
-                    f"{self.dir} holds another job's output (differs in {', '.join(changed)}); "
-                    "write to a new --output, or pass --overwrite to start again"
-                )
+            same_job(job, checkpoint.job, f"{self.dir} holds another job's output")
         elif any(self.dir.glob("part-*.parquet")) and not overwrite:
             raise ConfigError(
                 f"{self.dir} holds Parquet shards but no {CHECKPOINT}; write to a new --output, "
