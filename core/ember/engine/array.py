@@ -103,11 +103,10 @@ class EngineArray:
         for engine in self.engines:
             if engine.name == name:
                 return engine
+        if not name and len(visible := self.visible()) == 1:
+            return visible[0]  # a key limited to one model: no name means that one
         served = self._served()
         if not name:
-            visible = self.visible()
-            if len(visible) == 1:  # a key limited to one model: no name means that one
-                return visible[0]
             raise BadRequest(
                 f"several models are served; set `model` to one of: {served}", param="model"
             )
