@@ -142,7 +142,7 @@ def start_server(
 
 BUSY_LOOP = (
     "import sys, time\nend = time.monotonic() + float(sys.argv[1])\n"
-    "while time.monotonic() < end: pass"
+    "print('spinning', flush=True)\nwhile time.monotonic() < end: pass"
 )
 
 
@@ -154,9 +154,17 @@ def busy_cores(count: int | None = None, seconds: float = 120.0) -> Iterator[Non
     host having idle cores."""
     count = count or os.cpu_count() or 1
     spinners = [
-        subprocess.Popen([sys.executable, "-c", BUSY_LOOP, str(seconds)]) for _ in range(count)
+        subprocess.Popen(
+            [sys.executable, "-c", BUSY_LOOP, str(seconds)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(count)
     ]
     try:
+        # Busy before the block runs: a rate measured first thing in it (the admission tests
+        # time one request) must be the busy host's, not that of a host still starting its
+        # spinners (CI measured 0.06 s there, then 12 of 40 admitted requests expired).
+        for spinner in spinners:
+            assert spinner.stdout is not None and spinner.stdout.readline() == "spinning\n"
         yield
     finally:
         for spinner in spinners:
