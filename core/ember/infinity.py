@@ -300,7 +300,9 @@ class AsyncEmbeddingEngine:
         top_n: int | None = None,
     ) -> tuple[list[RerankReturnType], int]:
         """(documents best first, cut to ``top_n`` when it is positive; tokens used)."""
-        result = await self._assert_running().rerank(query, list(docs), raw_scores=raw_scores)
+        result = await self._assert_running().rerank(
+            query, list(docs), raw_scores=raw_scores, scale="probability"
+        )
         order = np.argsort(-result.outputs, kind="stable")
         ranked = [RerankReturnType(float(result.outputs[i]), docs[i], int(i)) for i in order]
         if top_n is not None and top_n > 0:

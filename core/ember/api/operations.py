@@ -278,6 +278,7 @@ async def _rerank(
         truncate=body.truncate,
         modality=body.modality,
         instruction=body.instruction,
+        scale="probability",
     )
     results = [
         {
@@ -301,6 +302,7 @@ async def tei_rerank(engines: EngineArray, body: s.TEIRerankRequest, limit: int)
         raw_scores=body.raw_scores,
         truncate=body.truncate,
         instruction=body.instruction,
+        scale="probability",
     )
     ranked = []
     for i in best_first(result.outputs, body.top_n):

@@ -36,6 +36,7 @@ from ember.heads.scores import maxsim
 from ember.media.budget import MediaBudget
 from ember.metrics import Metrics
 from ember.models.resolve import resolve_model
+from ember.models.score_activation import RerankScale, served_activation
 from ember.models.spec import ModelSpec, ResolvedModel
 from ember.processors import TextProcessor, build_processor
 from ember.processors.text import Direction
@@ -330,10 +331,12 @@ class Engine:
         truncate: bool = True,
         modality: Modality = "text",
         instruction: str | None = None,
+        scale: RerankScale = "saved",
     ) -> Result:
-        """One score per document: a cross-encoder's or an LLM reranker's (sigmoid unless
-        raw), or MaxSim's. ``modality`` says what the documents are (page images for
-        ColPali); the query is text. ``instruction`` replaces an LLM reranker's own."""
+        """One score per document: a cross-encoder's or an LLM reranker's (its activation
+        unless raw), or MaxSim's. ``modality`` says what the documents are (page images for
+        ColPali); the query is text. ``instruction`` replaces an LLM reranker's own.
+        ``scale`` is the caller's dialect: see ``served_activation``."""
         model = self._loaded()
         processor = self.processor
         assert processor is not None
@@ -376,8 +379,9 @@ class Engine:
             "logits",
             len(pairs),
         )
+        activation = served_activation(model.rerank_activation, self.family.backbone, scale)
         result.outputs = postprocess.rerank_scores(
-            np.stack(rows), raw=raw_scores or model.rerank_activation == "none"
+            np.stack(rows), raw=raw_scores or activation == "none"
         )
         return _served(len(pairs), result)
 

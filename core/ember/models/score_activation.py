@@ -16,6 +16,11 @@ from ember.models.st_files import read_json
 log = logging.getLogger(__name__)
 
 ScoreActivation = Literal["sigmoid", "none"]
+# Whose scale a rerank answers in: "saved" is CrossEncoder.predict's (the files'
+# activation_fn; vLLM's /score, Ember's own embedded API), "probability" is the rerank
+# dialects' (Cohere documents relevance_score in [0, 1]; TEI and Infinity answer
+# sigmoid(logit) unless raw_scores), whatever activation the files name.
+RerankScale = Literal["saved", "probability"]
 
 _ACTIVATIONS: dict[str, ScoreActivation] = {
     "torch.nn.modules.activation.Sigmoid": "sigmoid",
@@ -53,3 +58,13 @@ def saved_activation(root: Path, config: dict, trust_remote_code: bool) -> Score
             path,
         )
     return "sigmoid"
+
+
+def served_activation(saved: ScoreActivation, backbone: str, scale: RerankScale) -> ScoreActivation:
+    """The activation a rerank answers with. A one-label sequence classifier (a
+    cross-encoder such as ms-marco-MiniLM, saved with Identity) is a probability on the
+    Cohere, TEI and Infinity routes; an LLM reranker's saved activation is its score on
+    every route (its probability, or the logit difference it was saved to give)."""
+    if scale == "probability" and backbone == "sequence-classifier":
+        return "sigmoid"
+    return saved
