@@ -213,9 +213,24 @@ class ServerSettings(BaseSettings):
         description="Seconds a whole request body may take from the end of its headers, "
         "however it trickles; then 408 and closed.",
     )
+    min_body_rate: int = Field(
+        500,
+        ge=0,
+        description="Bytes a second a request body must average: it may take --body-timeout "
+        "plus a second per this many bytes received, else 408 and closed (Apache's "
+        "mod_reqtimeout MinRate); 0 = no minimum.",
+    )
     max_connections: int = Field(
         1024,
         description="Connections open at once; more are answered 503 and closed at once.",
+    )
+    ops_connections: int = Field(
+        8,
+        ge=0,
+        description="Connections kept past --max-connections for the operations routes: "
+        "taken only when every ordinary one is, each serves one GET of /health, /livez, "
+        "/ready, /metrics (or a platform's probe) and closes; a model route on one gets "
+        "503. 0 = none.",
     )
     cors_allow_origin: str | None = Field(
         None,
