@@ -17,6 +17,7 @@ from pydantic import Field, PrivateAttr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ember.backends.registry import BACKEND_NAMES
+from ember.config_limits import reconcile_limits
 from ember.config_values import (
     at_least_one,
     buckets,
@@ -329,7 +330,8 @@ class ServerSettings(BaseSettings):
     @property
     def compat_warnings(self) -> list[str]:
         """What Infinity's flags and INFINITY_* variables asked for that Ember does
-        otherwise, one line each: the server logs them as it starts."""
+        otherwise, and the limits reconciled with another (``ember.config_limits``), one
+        line each: the server logs them as it starts."""
         return self._compat_warnings
 
     def model_specs(self) -> list[ModelSpec]:
@@ -478,6 +480,7 @@ def settings_from_env(
     except ValidationError as exc:
         raise _settings_error(exc, from_infinity) from None
     settings.compat_warnings.extend(notes)
+    settings.compat_warnings.extend(reconcile_limits(settings))
     return settings
 
 
