@@ -152,11 +152,11 @@ def reserved_refusal(
     bodiless GET or HEAD of an operations route is, so that the reserve serves probes and
     the metrics scrape, and no model route gets past ``max_connections`` through it."""
     path = url.split(b"?", 1)[0].split(b"#", 1)[0]
-    bodiless = not any(
-        (name == b"content-length" and value.strip() != b"0") or name == b"transfer-encoding"
-        for name, value in headers
-    )
-    if method in (b"GET", b"HEAD") and path.decode("latin-1") in limits.ops_paths and bodiless:
+    if (
+        method in (b"GET", b"HEAD")
+        and path.decode("latin-1") in limits.ops_paths
+        and not has_body(headers)
+    ):
         return ""
     return (
         f"over --max-connections {limits.max_connections}: the connections past it are "
@@ -201,6 +201,14 @@ def requested_upgrade(headers: Sequence[tuple[bytes, bytes]]) -> bytes:
     return b", ".join(upgrade) if b"upgrade" in connection else b""
 
 
+def has_body(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Whether a request head announces a body (a non-zero length, or chunks)."""
+    return any(
+        (name == b"content-length" and value.strip() != b"0") or name == b"transfer-encoding"
+        for name, value in headers
+    )
+
+
 def upgrade_refusal(headers: Sequence[tuple[bytes, bytes]]) -> str:
     """Why a request asking to switch protocols is refused ('' when it is not).
 
@@ -212,10 +220,7 @@ def upgrade_refusal(headers: Sequence[tuple[bytes, bytes]]) -> str:
         return ""
     if b"websocket" in upgrade:
         return WEBSOCKET_REFUSAL
-    if any(
-        (name == b"content-length" and value.strip() != b"0") or name == b"transfer-encoding"
-        for name, value in headers
-    ):
+    if has_body(headers):
         return (
             f"a request body with Upgrade: {upgrade.decode('latin-1')} is not served: "
             "send the request without the Upgrade header"
