@@ -191,18 +191,13 @@ def serve(settings: ServerSettings) -> int:
     _Server = _server_class()
 
     from ember.api.app import create_app
-    from ember.api.connections import KEEP_ALIVE_TIMEOUT, ConnectionLimits, http_protocol
+    from ember.api.connections import KEEP_ALIVE_TIMEOUT, connection_limits, http_protocol
     from ember.logs import configure_logging
 
     configure_logging(settings.log_level, settings.json_logs)
     if settings.preload_only:
         return preload(settings)
-    limits = ConnectionLimits(
-        header_timeout=settings.header_timeout,
-        body_timeout=settings.body_timeout,
-        body_total_timeout=settings.body_total_timeout,
-        max_connections=settings.max_connections,
-    )
+    limits = connection_limits(settings)
     failed: list[BaseException] = []
     config = uvicorn.Config(
         "ember.api.app:create_app",  # placeholder, replaced below with the built app

@@ -17,6 +17,7 @@ from pydantic import Field, PrivateAttr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ember.backends.registry import BACKEND_NAMES
+from ember.config_limits import reconcile_limits
 from ember.config_values import (
     at_least_one,
     buckets,
@@ -213,9 +214,24 @@ class ServerSettings(BaseSettings):
         description="Seconds a whole request body may take from the end of its headers, "
         "however it trickles; then 408 and closed.",
     )
+    min_body_rate: int = Field(
+        500,
+        ge=0,
+        description="Bytes a second a request body must average: it may take --body-timeout "
+        "plus a second per this many bytes received, else 408 and closed (Apache's "
+        "mod_reqtimeout MinRate); 0 = no minimum.",
+    )
     max_connections: int = Field(
         1024,
         description="Connections open at once; more are answered 503 and closed at once.",
+    )
+    ops_connections: int = Field(
+        8,
+        ge=0,
+        description="Connections kept past --max-connections for the operations routes: "
+        "taken only when every ordinary one is, each serves one GET of /health, /livez, "
+        "/ready, /metrics (or a platform's probe) and closes; a model route on one gets "
+        "503. 0 = none.",
     )
     cors_allow_origin: str | None = Field(
         None,
@@ -314,7 +330,8 @@ class ServerSettings(BaseSettings):
     @property
     def compat_warnings(self) -> list[str]:
         """What Infinity's flags and INFINITY_* variables asked for that Ember does
-        otherwise, one line each: the server logs them as it starts."""
+        otherwise, and the limits reconciled with another (``ember.config_limits``), one
+        line each: the server logs them as it starts."""
         return self._compat_warnings
 
     def model_specs(self) -> list[ModelSpec]:
@@ -463,6 +480,7 @@ def settings_from_env(
     except ValidationError as exc:
         raise _settings_error(exc, from_infinity) from None
     settings.compat_warnings.extend(notes)
+    settings.compat_warnings.extend(reconcile_limits(settings))
     return settings
 
 

@@ -17,10 +17,15 @@ import pytest
 from ember.api.connections import (
     ConnectionLimits,
     body_time_left,
+    connection_limits,
     head_refusal,
     parser_refusal,
+    reserved_refusal,
+    slot_for,
     upgrade_refusal,
 )
+from ember.api.middleware import OPS_PATHS
+from ember.config import settings_from_env
 from tests.support import ServerProcess, start_server
 
 HEADER_TIMEOUT = 1.0
@@ -30,6 +35,12 @@ MAX_CONNECTIONS = 8
 MARGIN = 1.5  # scheduling slack on a loaded 2-core CI machine
 
 EMBED = b'{"input": "The cat sat on the mat."}'
+# The default --min-body-rate, in bytes a second: a body must average it after its first
+# --body-timeout.
+MIN_BODY_RATE = 500
+# 2,400 bytes of JSON (padded with whitespace): sent in pieces of 600, one every 0.6 s, it
+# averages twice the rate.
+LONG_EMBED = EMBED[:-1] + b" " * (2400 - len(EMBED)) + b"}"
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +56,23 @@ def short() -> Iterator[ServerProcess]:
             str(BODY_TOTAL_TIMEOUT),
             "--max-connections",
             str(MAX_CONNECTIONS),
+        ]
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def held() -> Iterator[ServerProcess]:
+    """A small connection cap, and body deadlines long enough that bodies begun and left
+    unfinished hold every ordinary slot for the whole test (the default reserve)."""
+    with start_server(
+        [
+            "--max-connections",
+            str(MAX_CONNECTIONS),
+            "--body-timeout",
+            "60",
+            "--body-total-timeout",
+            "120",
         ]
     ) as server:
         yield server
@@ -138,11 +166,56 @@ def test_body_time_left_runs_from_the_last_progress() -> None:
     assert body_time_left(10.9, now=11.0, timeout=1.0, started=8.0, total=3.0) == 0
 
 
+def test_body_time_left_holds_a_body_to_the_minimum_rate() -> None:
+    # a byte every 4 s: never stalls 10 s, but after 10 s it has earned 10.006 s
+    assert body_time_left(13.0, now=13.0, timeout=10.0, started=0.0, total=60.0) == 10.0
+    cut = body_time_left(13.0, now=13.0, timeout=10.0, started=0.0, total=60.0, received=3,
+                         min_rate=500)  # fmt: skip
+    assert cut == pytest.approx(10.0 + 3 / 500 - 13.0) and cut < 0
+    # 1,000 bytes a second keeps earning more time than passes
+    fast = body_time_left(13.0, 13.0, 10.0, started=0.0, total=60.0, received=13_000,
+                          min_rate=500)  # fmt: skip
+    assert fast == pytest.approx(10.0)  # the stall timer's, not the rate's
+    # time the server did not read moves the rate's start (rate_from) on
+    assert body_time_left(13.0, 13.0, 10.0, 0.0, 60.0, 3, 500, rate_from=12.0) > 0
+
+
 def test_limits_must_be_positive() -> None:
     from ember.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--header-timeout"):
         ConnectionLimits(header_timeout=0)
+    with pytest.raises(ConfigError, match="--ops-connections"):
+        ConnectionLimits(ops_connections=-1)
+
+
+def test_a_reserved_slot_is_taken_only_when_every_ordinary_one_is() -> None:
+    limits = ConnectionLimits(max_connections=4, ops_connections=2)
+    assert slot_for(open_now=3, reserved_open=0, limits=limits) == "ordinary"
+    assert slot_for(open_now=4, reserved_open=0, limits=limits) == "reserved"
+    assert slot_for(open_now=5, reserved_open=1, limits=limits) == "reserved"
+    assert slot_for(open_now=6, reserved_open=2, limits=limits) == ""
+    # an ordinary connection closed while reserved ones are open: ordinary again
+    assert slot_for(open_now=5, reserved_open=2, limits=limits) == "ordinary"
+    assert slot_for(4, 0, ConnectionLimits(max_connections=4, ops_connections=0)) == ""
+
+
+def test_a_reserved_slot_serves_only_a_bodiless_read_of_an_ops_route() -> None:
+    limits = connection_limits(settings_from_env(url_prefix="/v1"), probes=("/ping",))
+    host = [(b"host", b"t")]
+    for path in (*OPS_PATHS, "/ping", "/v1/health", "/v1/ping"):
+        assert reserved_refusal(b"GET", path.encode(), host, limits) == "", path
+    assert reserved_refusal(b"HEAD", b"/ready?verbose=1", host, limits) == ""
+    refused = [
+        (b"POST", b"/v1/embeddings", [*host, (b"content-length", b"9")]),
+        (b"GET", b"/v1/models", host),
+        (b"GET", b"/docs", host),
+        (b"POST", b"/health", host),  # a read only
+        (b"GET", b"/health", [*host, (b"content-length", b"5")]),  # a body would hold it
+        (b"GET", b"/health", [*host, (b"transfer-encoding", b"chunked")]),
+    ]
+    for method, url, headers in refused:
+        assert "over --max-connections" in reserved_refusal(method, url, headers, limits), url
 
 
 # Deadlines
@@ -237,28 +310,51 @@ def test_short_body_gets_408(short: ServerProcess) -> None:
 
 
 def test_slow_body_that_keeps_coming_is_served(short: ServerProcess) -> None:
-    """The body deadline is on progress, not on the whole body."""
-    pieces = [EMBED[i : i + 10] for i in range(0, len(EMBED), 10)]
+    """The body deadline is on progress (and the rate), not on the whole body."""
+    assert len(LONG_EMBED) == 2400
+    pieces = [LONG_EMBED[i : i + 600] for i in range(0, len(LONG_EMBED), 600)]
     gap = BODY_TIMEOUT * 0.6  # the body takes about 2.4 body-timeouts in all
+    assert 600 / gap >= 2 * MIN_BODY_RATE
     with _connect(short) as sock:
-        sock.sendall(_embed_request())
+        sock.sendall(_embed_request(LONG_EMBED))
         _trickle(sock, pieces, gap)
         status, body = _read_response(sock)
     assert status == 200, body
     assert len(pieces) * gap > BODY_TIMEOUT * 2
 
 
-def test_a_body_trickled_forever_is_cut_at_the_total_deadline(short: ServerProcess) -> None:
-    """A byte every half body-timeout never stalls, but the whole body has
-    --body-total-timeout: 408 then, however long the client would go on."""
+def test_a_body_under_the_minimum_rate_is_cut_after_the_first_body_timeout(
+    short: ServerProcess,
+) -> None:
+    """A byte every quarter body-timeout never stalls; under --min-body-rate it is cut
+    after --body-timeout, not held until --body-total-timeout (the default rate)."""
     import select
 
     with _connect(short) as sock:
         sock.sendall(_embed_request(length=1000))
         response = b""
-        for _ in range(int(4 * BODY_TOTAL_TIMEOUT / (BODY_TIMEOUT / 2))):  # bounded: ~20 s
+        for _ in range(int(4 * BODY_TOTAL_TIMEOUT / (BODY_TIMEOUT / 4))):  # bounded: ~20 s
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 sock.sendall(b" ")
+            readable, _, _ = select.select([sock], [], [], BODY_TIMEOUT / 4)
+            if readable:
+                response = _read_until_closed(sock)
+                break
+    assert _status(response) == 408, response[:300]
+    assert b"under --min-body-rate 500 bytes/s" in response, response[:300]
+
+
+def test_a_body_trickled_forever_is_cut_at_the_total_deadline(short: ServerProcess) -> None:
+    """600 bytes every half body-timeout never stalls and keeps over the minimum rate,
+    but the whole body has --body-total-timeout: 408 then, however long it would go on."""
+    import select
+
+    with _connect(short) as sock:
+        sock.sendall(_embed_request(length=1_000_000))
+        response = b""
+        for _ in range(int(4 * BODY_TOTAL_TIMEOUT / (BODY_TIMEOUT / 2))):  # bounded: ~20 s
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(b" " * 600)
             readable, _, _ = select.select([sock], [], [], BODY_TIMEOUT / 2)
             if readable:
                 response = _read_until_closed(sock)
@@ -459,4 +555,42 @@ def test_connection_cap_refuses_new_connections_and_serves_open_ones(
         assert status == 200
     finally:
         for sock in (keep, *fillers, *refused):
+            sock.close()
+
+
+def _get(path: str) -> bytes:
+    return b"GET %s HTTP/1.1\r\nHost: t\r\n\r\n" % path.encode()
+
+
+def test_ops_routes_answer_while_bodies_hold_every_slot(held: ServerProcess) -> None:
+    """Every ordinary slot held by a body begun and never finished (the trickle attack):
+    the probes and /metrics are still answered, each on a reserved slot that closes after
+    it; a model route arriving on one is refused as any connection past the limit is."""
+    fillers: list[socket.socket] = []
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            sock = _connect(held)
+            fillers.append(sock)
+            sock.sendall(_get("/health"))  # answered: the server holds this slot now
+            assert _read_response(sock)[0] == 200
+            sock.sendall(_embed_request(length=1000) + b"{")  # 1 of 1,000 body bytes
+        for path in ("/health", "/livez", "/ready", "/metrics"):
+            with _connect(held) as sock:
+                sock.sendall(_get(path))
+                response = _read_until_closed(sock)  # one request, then the slot is free
+            assert _status(response) == 200, (path, response[:300])
+            assert b"connection: close" in response.lower()
+        for request in (_embed_request() + EMBED, _get("/v1/models")):
+            with _connect(held) as sock:
+                sock.sendall(request)
+                response = _read_until_closed(sock)
+            assert _status(response) == 503, response[:300]
+            assert b"over --max-connections" in response
+        # the bodies still hold their slots: neither answered nor closed
+        for sock in fillers:
+            sock.settimeout(0.05)
+            with pytest.raises(TimeoutError):
+                sock.recv(1)
+    finally:
+        for sock in fillers:
             sock.close()

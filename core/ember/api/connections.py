@@ -13,13 +13,23 @@ httptools protocol (its fast parser; kept as the default):
 - a body not complete within ``body_total_timeout`` of its head gets 408 too, however it
   trickles: 1,030 connections sending a byte every 4 s held every slot for as long as they
   liked while the stall timer reset at each byte;
+- a body arriving slower than ``min_body_rate`` bytes a second gets 408 once that shows:
+  it may take ``body_timeout`` plus a second per ``min_body_rate`` bytes received (Apache's
+  mod_reqtimeout ``MinRate``), so that same trickle lets go after ``body_timeout``, not
+  ``body_total_timeout``;
 - a chunked body's framing (chunk-size lines and trailers) may take at most
   ``FRAMING_PER_BODY_BYTE`` bytes per body byte plus ``max_header_bytes``, else 431: a body
   whose trailers never end was otherwise buffered (863 MB, +1.4 GiB RSS) until the stall
   timer, trailers not being body progress;
 - idle keep-alive connections close after uvicorn's ``timeout_keep_alive``;
 - past ``max_connections`` open at once, a new connection is answered 503 and closed at
-  once, while those already open keep being served;
+  once, while those already open keep being served; except that ``ops_connections`` more
+  are kept for the operations routes (``ops_paths``: the probes and ``/metrics``), so
+  that a probe is answered while clients hold every ordinary slot. A connection on a
+  reserved slot serves one bodiless GET or HEAD of those paths and closes; anything else
+  on it (a model route) gets the 503 an ordinary connection past the limit gets, so the
+  reserve is no way around ``max_connections``. Its head is due within
+  ``OPS_HEAD_TIMEOUT`` (a probe sends its head at once), so idle sockets hold it briefly;
 - a head over ``max_header_bytes`` or ``max_headers`` gets 431;
 - what the parser refuses (``Content-Length`` with ``Transfer-Encoding``, a malformed
   head) gets 400 and the HTTP/2 connection preface 505, with the parser's reason, where
@@ -38,16 +48,19 @@ from __future__ import annotations
 import logging
 import sys
 from asyncio import TimerHandle, Transport
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
-from ember.api.middleware import WEBSOCKET_REFUSAL
+from ember.api.middleware import OPS_PATHS, WEBSOCKET_REFUSAL
 from ember.errors import ConfigError, error_body
 from ember.logs import RateLimitedLog
+
+if TYPE_CHECKING:
+    from ember.config import ServerSettings
 
 log = logging.getLogger(__name__)
 # Floods are what these limits exist for: one WARNING line per kind every 5 s.
@@ -61,6 +74,9 @@ MAX_HEADERS = 100
 FRAMING_PER_BODY_BYTE = 5
 # uvicorn's default, named here: an idle keep-alive connection closes after this.
 KEEP_ALIVE_TIMEOUT = 5.0
+# Seconds a connection on a reserved (operations) slot may take to send its head: a probe
+# or a scrape sends it whole at once; an idle socket should not hold the slot for long.
+OPS_HEAD_TIMEOUT = 2.0
 # Set in a request's scope when this layer answered it (408) while the app was reading its
 # body: the app's read then ends in a disconnect that is not a client leaving (499).
 ANSWERED = "ember.connection_answered"
@@ -75,15 +91,77 @@ class ConnectionLimits:
     header_timeout: float = 10.0
     body_timeout: float = 10.0
     body_total_timeout: float = 60.0
+    min_body_rate: float = 500.0  # bytes a second; 0: no minimum
     max_connections: int = 1024
+    ops_connections: int = 8  # reserved past max_connections for ops_paths; 0: none
+    ops_paths: frozenset[str] = OPS_PATHS
     max_header_bytes: int = MAX_HEADER_BYTES
     max_headers: int = MAX_HEADERS
 
     def __post_init__(self) -> None:
         for name in ("header_timeout", "body_timeout", "body_total_timeout", "max_connections"):
             if getattr(self, name) <= 0:
-                flag = "--" + name.replace("_", "-")
-                raise ConfigError(f"{flag} must be > 0, got {getattr(self, name)}")
+                raise ConfigError(f"{_flag(name)} must be > 0, got {getattr(self, name)}")
+        for name in ("min_body_rate", "ops_connections"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{_flag(name)} must be >= 0, got {getattr(self, name)}")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def connection_limits(settings: ServerSettings, probes: Iterable[str] = ()) -> ConnectionLimits:
+    """The limits ``settings`` ask for. The reserve serves the operations routes, an
+    adapter's own ``probes`` (SageMaker's ``/ping``), and each under ``--url-prefix``."""
+    paths = {*OPS_PATHS, *probes}
+    prefix = (settings.url_prefix or "").strip("/")
+    if prefix:
+        paths |= {f"/{prefix}{path}" for path in paths}
+    return ConnectionLimits(
+        header_timeout=settings.header_timeout,
+        body_timeout=settings.body_timeout,
+        body_total_timeout=settings.body_total_timeout,
+        min_body_rate=settings.min_body_rate,
+        max_connections=settings.max_connections,
+        ops_connections=settings.ops_connections,
+        ops_paths=frozenset(paths),
+    )
+
+
+@dataclass
+class Reserve:
+    """How many connections hold a reserved slot now: one count per server."""
+
+    open: int = 0
+
+
+def slot_for(open_now: int, reserved_open: int, limits: ConnectionLimits) -> str:
+    """Which slot a new connection takes, with ``open_now`` open (``reserved_open`` of them
+    on reserved slots): "ordinary", "reserved" (every ordinary slot taken), or "" (none
+    left: refused)."""
+    if open_now - reserved_open < limits.max_connections:
+        return "ordinary"
+    return "reserved" if reserved_open < limits.ops_connections else ""
+
+
+def reserved_refusal(
+    method: bytes, url: bytes, headers: Sequence[tuple[bytes, bytes]], limits: ConnectionLimits
+) -> str:
+    """Why a request on a reserved slot is refused with 503 ('' when it is served): only a
+    bodiless GET or HEAD of an operations route is, so that the reserve serves probes and
+    the metrics scrape, and no model route gets past ``max_connections`` through it."""
+    path = url.split(b"?", 1)[0].split(b"#", 1)[0]
+    if (
+        method in (b"GET", b"HEAD")
+        and path.decode("latin-1") in limits.ops_paths
+        and not has_body(headers)
+    ):
+        return ""
+    return (
+        f"over --max-connections {limits.max_connections}: the connections past it are "
+        f"kept for GET {', '.join(sorted(limits.ops_paths))}"
+    )
 
 
 def head_refusal(
@@ -123,6 +201,14 @@ def requested_upgrade(headers: Sequence[tuple[bytes, bytes]]) -> bytes:
     return b", ".join(upgrade) if b"upgrade" in connection else b""
 
 
+def has_body(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Whether a request head announces a body (a non-zero length, or chunks)."""
+    return any(
+        (name == b"content-length" and value.strip() != b"0") or name == b"transfer-encoding"
+        for name, value in headers
+    )
+
+
 def upgrade_refusal(headers: Sequence[tuple[bytes, bytes]]) -> str:
     """Why a request asking to switch protocols is refused ('' when it is not).
 
@@ -134,10 +220,7 @@ def upgrade_refusal(headers: Sequence[tuple[bytes, bytes]]) -> str:
         return ""
     if b"websocket" in upgrade:
         return WEBSOCKET_REFUSAL
-    if any(
-        (name == b"content-length" and value.strip() != b"0") or name == b"transfer-encoding"
-        for name, value in headers
-    ):
+    if has_body(headers):
         return (
             f"a request body with Upgrade: {upgrade.decode('latin-1')} is not served: "
             "send the request without the Upgrade header"
@@ -151,12 +234,20 @@ def body_time_left(
     timeout: float,
     started: float | None = None,
     total: float = float("inf"),
+    received: int = 0,
+    min_rate: float = 0.0,
+    rate_from: float | None = None,
 ) -> float:
     """Seconds a body that last made progress at ``last_progress`` may still take: until it
-    stalls ``timeout``, or ``total`` after it ``started``, whichever comes first."""
+    stalls ``timeout``, or ``total`` after it ``started``, or (``min_rate`` > 0) until its
+    ``received`` bytes fall under ``min_rate`` a second after a first ``timeout`` counted
+    from ``rate_from`` (default ``started``), whichever comes first."""
     left = last_progress + timeout - now
     if started is not None:
         left = min(left, started + total - now)
+        if min_rate > 0:
+            origin = started if rate_from is None else rate_from
+            left = min(left, origin + timeout + received / min_rate - now)
     return left
 
 
@@ -195,7 +286,7 @@ def http_protocol(limits: ConnectionLimits) -> Any:
     if HttpToolsProtocol is None:  # pragma: no cover
         log.warning("httptools is not installed: connection deadlines and limits are off")
         return "auto"
-    return type("EmberHttpProtocol", (DeadlineProtocol,), {"limits": limits})
+    return type("EmberHttpProtocol", (DeadlineProtocol,), {"limits": limits, "reserve": Reserve()})
 
 
 class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
@@ -206,16 +297,19 @@ class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
     """
 
     limits: ClassVar[ConnectionLimits] = ConnectionLimits()
+    reserve: ClassVar[Reserve] = Reserve()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: TimerHandle | None = None
+        self._reserved = False  # on a slot kept for the operations routes
         self._in_head = False  # a request's first byte came, its head is not complete
         self._messages = 0  # requests begun: tells a chunk that started a new head
         self._head_bytes = 0  # bytes of chunks wholly inside one head (a memory bound)
         self._in_body = False
         self._body_progress = 0.0
         self._body_started = 0.0
+        self._rate_from = 0.0  # when the minimum rate's allowance began (reading paused: later)
         self._body_bytes = 0  # body bytes the parser gave
         self._wire_bytes = 0  # bytes received wholly inside the body (framing, trailers too)
         self._done = False  # answered (408/431/503) and closing: parse nothing more
@@ -223,7 +317,8 @@ class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
     # Connection lifetime
 
     def connection_made(self, transport: Transport) -> None:  # type: ignore[override]
-        if len(self.server_state.connections) >= self.limits.max_connections:
+        slot = slot_for(len(self.server_state.connections), self.reserve.open, self.limits)
+        if not slot:
             self.transport = transport
             self._done = True
             message = f"over --max-connections {self.limits.max_connections}"
@@ -231,6 +326,9 @@ class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
             transport.write(error_response(503, message, self.server_state.default_headers))
             transport.close()
             return
+        if slot == "reserved":
+            self._reserved = True
+            self.reserve.open += 1
         super().connection_made(transport)
         self._await_head()
 
@@ -238,6 +336,9 @@ class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
         self._cancel_deadline()
         if self.flow is None:  # refused in connection_made: uvicorn never saw it
             return
+        if self._reserved:
+            self._reserved = False
+            self.reserve.open -= 1
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -292,11 +393,20 @@ class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
         if refusal:
             self._answer(400, refusal)
             return
+        if self._reserved:
+            refusal = reserved_refusal(
+                self.parser.get_method(), self.url, self.headers, self.limits
+            )
+            if refusal:
+                self._answer(503, refusal)
+                return
         super().on_headers_complete()
-        if requested_upgrade(self.headers) and self.cycle is not None:
-            self.cycle.keep_alive = False  # the parser reads nothing after an upgrade's head
+        if (self._reserved or requested_upgrade(self.headers)) and self.cycle is not None:
+            # an upgrade: the parser reads nothing after its head; a reserved slot: one
+            # request, then the slot is free for the next probe
+            self.cycle.keep_alive = False
         self._in_body = True
-        self._body_progress = self._body_started = self.loop.time()
+        self._body_progress = self._body_started = self._rate_from = self.loop.time()
         self._body_bytes = self._wire_bytes = 0
         first = min(self.limits.body_timeout, self.limits.body_total_timeout)
         self._set_deadline(first, self._body_deadline)
@@ -334,16 +444,20 @@ class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
             self._deadline.cancel()
             self._deadline = None
 
+    def _head_timeout(self) -> float:
+        timeout = self.limits.header_timeout
+        return min(timeout, OPS_HEAD_TIMEOUT) if self._reserved else timeout
+
     def _await_head(self) -> None:
         self._in_body = False
-        self._set_deadline(self.limits.header_timeout, self._head_deadline)
+        self._set_deadline(self._head_timeout(), self._head_deadline)
 
     def _head_deadline(self) -> None:
         self._deadline = None
         if self.transport.is_closing():
             return
         if self._in_head:
-            self._answer(408, f"request head not complete within {self.limits.header_timeout:g}s")
+            self._answer(408, f"request head not complete within {self._head_timeout():g}s")
         else:  # not a byte of a request: nobody to answer
             self._done = True
             self.transport.close()
@@ -353,23 +467,35 @@ class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
         if not self._in_body or self.transport.is_closing():
             return
         now = self.loop.time()
+        limits = self.limits
         if self.flow.read_paused:  # the server stopped reading, not the client sending
             self._body_progress = now
-        limits = self.limits
+            if limits.min_body_rate > 0:  # the rate's allowance starts over from here
+                earned = self._body_bytes / limits.min_body_rate
+                self._rate_from = max(self._rate_from, now - earned)
         left = body_time_left(
             self._body_progress,
             now,
             limits.body_timeout,
             self._body_started,
             limits.body_total_timeout,
+            self._body_bytes,
+            limits.min_body_rate,
+            self._rate_from,
         )
         if left > 0:
             self._deadline = self.loop.call_later(left, self._body_deadline)
             return
         if now - self._body_started >= limits.body_total_timeout:
             self._answer(408, f"request body not complete within {limits.body_total_timeout:g}s")
-        else:
+        elif now - self._body_progress >= limits.body_timeout:
             self._answer(408, f"request body stalled for {limits.body_timeout:g}s")
+        else:
+            self._answer(
+                408,
+                f"request body arriving under --min-body-rate {limits.min_body_rate:g} bytes/s "
+                f"({self._body_bytes} bytes in {now - self._body_started:.0f}s)",
+            )
 
     def _answer(self, status: int, message: str) -> None:
         """Answer ``status`` (unless a response already began) and close the connection."""

@@ -31,12 +31,12 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # (``create_app(open_paths=...)``).
 OPEN_METHODS = frozenset({"GET", "HEAD"})
 LIVENESS = "/livez"  # Kubernetes' and BentoML's name for the liveness probe
+# The operations routes: probes and the metrics scrape, what must answer even when every
+# ordinary connection slot is taken (``ember.api.connections``' reserve).
+OPS_PATHS = frozenset({"/health", LIVENESS, "/ready", "/metrics"})
 OPEN_PATHS = frozenset(
     {
-        "/health",
-        LIVENESS,
-        "/ready",
-        "/metrics",
+        *OPS_PATHS,
         "/openapi.json",
         "/",
         "/favicon.ico",
