@@ -4,8 +4,8 @@ has the same) and EmbeddingGemma (google/embeddinggemma-300m's Gemma3 network, D
 and prompts), each a tiny seeded copy saved by sentence-transformers' own save
 (``tests/fixtures/st_pipelines``), on torch, onnx and auto; ct2 refuses both at start.
 
-One server per backend serves both models; onnx and auto share a cache, so auto opens the
-graphs onnx built.
+One server per model and backend; onnx and auto share a cache, so auto opens the graph onnx
+built.
 """
 
 from __future__ import annotations
@@ -50,15 +50,19 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
 
-@pytest.fixture(scope="module", params=["torch", "onnx", "auto"])
+SERVED = [(name, backend) for name in BUILDERS for backend in ("torch", "onnx", "auto")]
+
+
+@pytest.fixture(scope="module", params=SERVED, ids=[f"{n}-{b}" for n, b in SERVED])
 def server(
     request: pytest.FixtureRequest, paths: dict[str, Path], cache: Path
-) -> Iterator[ServerProcess]:
-    args = ["--backend", request.param, "--cache-dir", str(cache)]
-    for name, path in paths.items():
-        args += ["--model-id", str(path), "--served-model-name", name]
-    with start_server(args) as running:
-        yield running
+) -> Iterator[tuple[str, str, ServerProcess]]:
+    """(model, backend, its server): one server per model and backend, so each model's
+    failure is its own."""
+    name, backend = request.param
+    args = ["--model-id", str(paths[name]), "--served-model-name", name]
+    with start_server([*args, "--backend", backend, "--cache-dir", str(cache)]) as running:
+        yield name, backend, running
 
 
 def _cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
@@ -87,35 +91,37 @@ def test_files_are_the_hub_layouts(paths: dict[str, Path]) -> None:
     ]  # fmt: skip
 
 
-def test_vectors_match_sentence_transformers(server: ServerProcess, references: dict) -> None:
-    with server.client() as client:
-        listed = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
-        for name in BUILDERS:
-            reply = client.post("/v1/embeddings", json={"model": name, "input": TEXTS})
+def test_vectors_match_sentence_transformers(
+    server: tuple[str, str, ServerProcess], references: dict
+) -> None:
+    name, backend, running = server
+    prompts = [None, "query"] if name == "gemma" else [None]  # its query prompt, by input_type
+    with running.client() as client:
+        listed = client.get("/v1/models").json()["data"]
+        for prompt in prompts:
+            body = {"model": name, "input": TEXTS}
+            if prompt == "query":
+                body["input_type"] = "search_query"
+            reply = client.post("/v1/embeddings", json=body)
             assert reply.status_code == 200, reply.text
             got = np.array([row["embedding"] for row in reply.json()["data"]])
-            cos = _cosines(got, references[name, None])
-            assert cos.min() >= MIN_COSINE, (name, int(cos.argmin()), cos.min())
-        body = {"model": "gemma", "input": TEXTS, "input_type": "search_query"}
-        reply = client.post("/v1/embeddings", json=body)
-        assert reply.status_code == 200, reply.text
-        got = np.array([row["embedding"] for row in reply.json()["data"]])
-        assert _cosines(got, references["gemma", "query"]).min() >= MIN_COSINE
-    backend = server.process.args[server.process.args.index("--backend") + 1]
+            cos = _cosines(got, references[name, prompt])
+            assert cos.min() >= MIN_COSINE, (prompt, int(cos.argmin()), cos.min())
     served = "onnx" if backend == "auto" else backend  # auto on a CPU: onnx runs both
-    assert {listed[name]["backend"] for name in BUILDERS} == {served}, listed
+    assert [m["backend"] for m in listed] == [served], listed
 
 
-def test_one_text_alone_is_the_same_vector(server: ServerProcess, references: dict) -> None:
+def test_one_text_alone_is_the_same_vector(
+    server: tuple[str, str, ServerProcess], references: dict
+) -> None:
     """A batch of one (no padding; the shortest shapes the graphs see)."""
-    with server.client() as client:
-        for name in BUILDERS:
-            for index in (0, 17):
-                body = {"model": name, "input": [TEXTS[index]]}
-                reply = client.post("/v1/embeddings", json=body)
-                got = np.array(reply.json()["data"][0]["embedding"])
-                want = references[name, None][index]
-                assert _cosines(got[None], want[None])[0] >= MIN_COSINE, (name, index)
+    name, _, running = server
+    with running.client() as client:
+        for index in (0, 17):
+            reply = client.post("/v1/embeddings", json={"model": name, "input": [TEXTS[index]]})
+            got = np.array(reply.json()["data"][0]["embedding"])
+            want = references[name, None][index]
+            assert _cosines(got[None], want[None])[0] >= MIN_COSINE, index
 
 
 @pytest.mark.parametrize("name", list(BUILDERS))
