@@ -36,6 +36,14 @@ def error_body(message: str, type: str, status_code: int, param: str | None = No
     return {"error": {"message": message, "type": type, "param": param, "code": status_code}}
 
 
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """``Type: message`` on one line (its first), cut at ``limit``: how a library's own
+    exception is quoted in a start-up refusal or a log line, its traceback left to debug."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0].strip()}" if lines else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class BadRequest(EmberError):
     status_code = 400
 

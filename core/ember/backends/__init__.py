@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ember.backends.registry import BACKEND_NAMES, EXPORTERS, backend_module, import_backend
-from ember.errors import ConfigError
+from ember.errors import ConfigError, one_line
 
 if TYPE_CHECKING:
     from ember.backends.base import Backend
@@ -82,7 +82,7 @@ def load_backend(model: ResolvedModel) -> Backend:
         if choice.backend == "torch" or choice.exported or choice.only:
             raise
         # What auto picked for speed failed where torch may not: serve, and say why.
-        failure = f"{type(exc).__name__}: {str(exc)[:300]}"
+        failure = one_line(exc)
         log.warning(
             "model %s: %s failed (%s); serving with torch",
             model.served_name,

@@ -106,8 +106,8 @@ def _main(job_file: str, result_file: str) -> int:
     logging.getLogger().setLevel(level)
     try:
         outcome: tuple[bool, Any] = (True, function(*args))
-    except Exception as exc:  # logged with its traceback here, raised in the parent
-        log.exception("artifact build failed")
+    except Exception as exc:  # raised in the parent (one line at start); traceback: debug
+        log.debug("artifact build failed", exc_info=True)
         outcome = (False, _portable(exc))
     Path(result_file).write_bytes(pickle.dumps(outcome))
     return 0

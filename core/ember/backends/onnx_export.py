@@ -6,7 +6,8 @@ cached graph directly), and for ``ember export --backend onnx``:
 1. ``torch.onnx.export`` with the TorchScript exporter (``dynamo=False``), eager
    attention, dynamic batch/sequence axes. The dynamo exporter also works here but
    takes ~10x longer, and ORT's optimizer does not recognise its attention pattern,
-   so it would lose the fused ``Attention`` kernel.
+   so it would lose the fused ``Attention`` kernel; it exports what TorchScript cannot
+   trace (Gemma3's ``torch.vmap`` masks: EmbeddingGemma), at opset 18.
 2. ``onnxruntime.transformers.optimizer`` (model_type ``bert``) fuses embeddings +
    LayerNorm, attention, skip-LayerNorm and bias-GELU. It is run offline at
    ``opt_level`` 0 (fusions only, hardware independent); the session then applies
@@ -23,18 +24,21 @@ steps (cached). The session that runs the graph is ``onnx_backend``.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import tempfile
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ember.backends import artifacts, isolated
 from ember.backends.onnx_int8 import cpu_int8_weights, int8_scheme, quantize_int8
-from ember.errors import ConfigError, MissingDependency
+from ember.errors import ConfigError, MissingDependency, one_line
+from ember.models.network import network_class
 from ember.models.spec import ResolvedModel
 
 log = logging.getLogger(__name__)
@@ -45,6 +49,7 @@ MODEL_FILE = "model.onnx"
 # Bump when the export/optimise/quantise code changes what it writes: old caches miss.
 FORMAT_VERSION = 1
 OPSET = 17  # LayerNormalization is a single op from 17 on, which the fusions expect
+DYNAMO_OPSET = 18  # the lowest the torch.export exporter writes without converting down
 OPT_LEVEL = 0  # offline: graph fusions only; runtime adds hardware-specific rewrites
 # Above this many bytes of weights the graph is written with external data (2 GiB
 # protobuf limit, with margin).
@@ -173,14 +178,13 @@ def _copy_onnx(src: Path, dst: Path, large: bool) -> None:
     onnx.save_model(graph, str(dst), save_as_external_data=large, location=dst.name + ".data")
 
 
-def export_torch(model: ResolvedModel, dst: Path) -> Path:
-    """Export the HF model to ``dst`` (fp32, dynamic batch/sequence); returns the file."""
+def _export_net(model: ResolvedModel) -> Any:
+    """The network to trace: fp32, eager attention where the architecture has the switch
+    (ORT's optimizer fuses its pattern), in eval mode; an LLM reranker's ends in its
+    answer tokens' rows."""
     import torch
-    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    auto = {"encoder": AutoModel, "causal-lm": AutoModelForCausalLM}.get(
-        model.backbone, AutoModelForSequenceClassification
-    )
+    auto = network_class(model)
     try:
         net = auto.from_pretrained(
             str(model.path),
@@ -196,7 +200,14 @@ def export_torch(model: ResolvedModel, dst: Path) -> Path:
         from ember.backends.torch_causal import AnswerTokenScorer
 
         net = AnswerTokenScorer(net, model.llm.token_ids)
-    net.eval()
+    return net.eval()
+
+
+def export_torch(model: ResolvedModel, dst: Path) -> Path:
+    """Export the HF model to ``dst`` (fp32, dynamic batch/sequence); returns the file."""
+    import torch
+
+    net = _export_net(model)
     takes_types = "token_type_ids" in inspect.signature(net.forward).parameters
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_types else [])
     out_name = "last_hidden_state" if model.backbone == "encoder" else "logits"
@@ -216,24 +227,81 @@ def export_torch(model: ResolvedModel, dst: Path) -> Path:
     ids = ids.clamp(max=int(net.config.vocab_size) - 1)
     mask = (torch.arange(6)[None, :] < torch.tensor([[6], [3]])).long()
     dummy = (ids, mask, torch.zeros_like(ids))[: len(names)]
-    axes = {n: {0: "batch", 1: "sequence"} for n in names}
-    axes[out_name] = (
-        {0: "batch", 1: "sequence"} if out_name == "last_hidden_state" else {0: "batch"}
-    )
     file = dst / "exported.onnx"
     with torch.inference_mode(False), torch.no_grad():
+        _trace(Wrapper().eval(), dummy, file, names, out_name, model)
+    return file
+
+
+def _trace(
+    wrapper: Any, dummy: tuple, file: Path, names: list[str], out_name: str, model: ResolvedModel
+) -> None:
+    """Write ``wrapper``'s graph to ``file``: the TorchScript exporter first (ORT's optimizer
+    fuses the attention it writes), else ``torch.export`` (the dynamo exporter). Gemma3's
+    bidirectional sliding-window masks are built with ``torch.vmap``, which the TorchScript
+    tracer fails on (``RuntimeError: unordered_map::at``) and ``torch.export`` traces:
+    EmbeddingGemma's vectors then match sentence-transformers (cosine 1.00000)."""
+    import torch
+
+    axes = {n: {0: "batch", 1: "sequence"} for n in (*names, out_name)}
+    if out_name != "last_hidden_state":
+        axes[out_name] = {0: "batch"}  # logits: [batch, labels]
+    io = {"input_names": names, "output_names": [out_name]}
+    try:
         torch.onnx.export(
-            Wrapper(),
+            wrapper,
             dummy,
             str(file),
             dynamo=False,
-            input_names=names,
-            output_names=[out_name],
-            dynamic_axes=axes,
             opset_version=OPSET,
             do_constant_folding=True,
+            dynamic_axes=axes,
+            **io,
         )
-    return file
+        return
+    except Exception as exc:
+        log.info(
+            "the TorchScript exporter cannot trace %s (%s); exporting with torch.export (opset %d)",
+            model.architecture,
+            one_line(exc),
+            DYNAMO_OPSET,
+        )
+    file.unlink(missing_ok=True)
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    with _quiet_dynamo():
+        torch.onnx.export(
+            wrapper,
+            dummy,
+            str(file),
+            dynamo=True,
+            opset_version=DYNAMO_OPSET,
+            dynamic_shapes=(tuple({0: batch, 1: sequence} for _ in names),),
+            external_data=_is_large(model),
+            verbose=False,
+            **io,
+        )
+
+
+@contextlib.contextmanager
+def _quiet_dynamo() -> Iterator[None]:
+    """The dynamo exporter's own chatter kept out of the start-up log: a line per
+    deduplicated initializer (onnx_ir, at info), one per torchvision op it skips, and
+    warnings that the inputs share their batch and sequence axes (they do, by design) or
+    that torch's pytree API is deprecated."""
+    quiet = {"onnx_ir": logging.WARNING, "onnxscript": logging.WARNING}
+    quiet["torch.onnx._internal.exporter._registration"] = logging.ERROR
+    loggers = [logging.getLogger(name) for name in quiet]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*axis name: .* will not be used")
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        for logger, level in zip(loggers, quiet.values(), strict=True):
+            logger.setLevel(level)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.setLevel(level)
 
 
 def optimize(src: Path, dst: Path, model: ResolvedModel, plan: Plan) -> dict[str, int]:

@@ -15,6 +15,7 @@ from ember.batch import LOGITS, TOKEN_STATES, Outputs, TokenBatch
 from ember.capabilities import MEDIA_BACKBONES
 from ember.cpu import cpu_forward_plan
 from ember.errors import ConfigError, MissingDependency
+from ember.models.network import network_class
 from ember.models.spec import ResolvedModel
 
 log = logging.getLogger(__name__)
@@ -64,11 +65,7 @@ def cpu_has_native_bf16() -> bool:
 
 def load_net(model: ResolvedModel, dtype: torch.dtype, attention: str) -> Any:
     """The model's network on the CPU, in ``dtype`` (the backend moves it to its device)."""
-    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
-
-    auto = {"encoder": AutoModel, "causal-lm": AutoModelForCausalLM}.get(
-        model.backbone, AutoModelForSequenceClassification
-    )
+    auto = network_class(model)
     try:
         net = auto.from_pretrained(
             str(model.path),

@@ -26,8 +26,9 @@ from ember.engine.cache import EmbeddingCache, embed_through, model_identity
 from ember.engine.forward import Piece, load_at_priority, run_batch
 from ember.engine.prepare import Prepare, Preparer
 from ember.engine.result import Result, Timings
+from ember.engine.start_failure import start_failure
 from ember.engine.text_inputs import TextInputs
-from ember.errors import BadRequest, ConfigError, NotReady, RequestTimeout
+from ember.errors import BadRequest, ConfigError, EmberError, NotReady, RequestTimeout
 from ember.families.base import Family
 from ember.heads import postprocess
 from ember.heads.base import Head
@@ -91,12 +92,28 @@ class Engine:
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
-        """Resolve, load and warm up; returns when the model can serve."""
+        """Resolve, load and warm up; returns when the model can serve.
+
+        A failure that is not already a refusal in words (an exporter's, a network's or a
+        library's own exception) ends the start as one line naming the model, its family
+        and backend and what to use instead (``start_failure``); the traceback is logged
+        at debug level."""
         if self.ready:
             return
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
         model = await loop.run_in_executor(None, resolve_model, self.spec)
+        try:
+            await self._start(model, started)
+        except EmberError:
+            raise
+        except Exception as exc:
+            log.debug("starting model %s failed", model.served_name, exc_info=True)
+            backend = self.backend.info.name if self.backend else self.spec.backend
+            raise start_failure(model, backend, exc) from exc
+
+    async def _start(self, model: ResolvedModel, started: float) -> None:
+        loop = asyncio.get_running_loop()
         backend = await load_at_priority(
             self._backend_loader, model, self.spec.forward_nice, f"load-{self.name}"
         )

@@ -31,8 +31,9 @@ DENSE = Family(
     resolve=lazy("ember.models.pipeline", "resolve_pipeline"),
     heads=heads,
     processor=lazy("ember.processors.text", "TextTokenizer"),
-    detected_by="a Transformer + Pooling model (the default for an encoder; `--pooling` "
-    "where it has no pooling config)",
+    detected_by="a Transformer + Pooling model (the default for an encoder; T5's encoder "
+    "alone, as in GTR and sentence-T5; EmbeddingGemma's Gemma3; `--pooling` where it has no "
+    "pooling config)",
     example="sentence-transformers/all-MiniLM-L6-v2",
     st_pipeline=True,
     routable=True,
