@@ -291,6 +291,26 @@ async def test_the_gauge_drops_a_request_that_ends_before_its_forward_starts(
         await engines.stop()
 
 
+async def test_the_gauge_drops_a_request_failed_before_its_forward(minilm_path: Path) -> None:
+    """Every input of a request in one batch that the measured rate says would end past
+    its deadline fails (504) before the forward: none is waiting any more, and the gauge
+    says so at once (on 7c85764 it kept reading 8 until the next request)."""
+    engines, made = _engines(minilm_path, delay=0.0)
+    await engines.start()
+    engine = engines.get(None)
+    rate = engine.batcher.throughput
+    rate.per_second = rate.cost_per_second = rate.cost_per_worker = 1e9  # admitted ...
+    rate.per_worker = 1e-3  # ... but one batch would take hours on one worker
+    try:
+        made[0].seen.clear()
+        with pytest.raises(RequestTimeout):
+            await engine.embed([f"text {i}" for i in range(8)])
+        assert await _until(lambda: _gauge(engines) == 0, seconds=1.0), _gauge(engines)
+        assert made[0].seen == []  # nothing ran
+    finally:
+        await engines.stop()
+
+
 async def test_clients_that_hang_up_leave_an_idle_server_at_zero(minilm_path: Path) -> None:
     """The issue's repro on a real server: 100 clients each send 32 long texts and hang up
     within 50 ms (--max-queue-size 64). Once the last has gone, the queue-depth gauge and

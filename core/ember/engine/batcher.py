@@ -325,6 +325,7 @@ class Batcher:
             batch = self._without_doomed(batch)
             if not batch:
                 self._slots.release()
+                self._depth_gauge.set(self.depth)  # what was taken failed: not waiting
                 continue
             self._in_flight += len(batch)
             self._forwarding.append(batch)
