@@ -88,6 +88,8 @@ async def test_the_deadline_runs_from_arrival(minilm_path: Path) -> None:
     await engines.start()
     engine = engines.get(None)
     engine.spec = replace(engine.spec, request_timeout=0.3)
+    rate = engine.batcher.throughput  # admitted whatever the host's speed: the deadline
+    rate.cost_per_second = rate.cost_per_worker = 1e9  # is what this test is about
     real_encode = engine.processor.encode
 
     def slow_encode(texts, **options):  # type: ignore[no-untyped-def]
@@ -314,8 +316,8 @@ async def test_the_gauge_drops_a_request_failed_before_its_forward(minilm_path: 
 async def test_clients_that_hang_up_leave_an_idle_server_at_zero(minilm_path: Path) -> None:
     """The issue's repro on a real server: 100 clients each send 32 long texts and hang up
     within 50 ms (--max-queue-size 64). Once the last has gone, the queue-depth gauge and
-    the model list's queue read 0 within a few seconds (polled, bounded), with no request
-    arriving to sweep them."""
+    the model list's queue read 0 within a few seconds (polled, at most 10 s), with no
+    request arriving to sweep them."""
     text = "a long text about retrieval models and their queues " * 20
     body = httpx.Request("POST", "http://x", json={"input": [text] * 32}).content
 
@@ -342,7 +344,7 @@ async def test_clients_that_hang_up_leave_an_idle_server_at_zero(minilm_path: Pa
                 return gauge, models[0]["stats"]["queue_absolute"]
 
             seen = await depths()
-            for _ in range(100):  # at most 5 s
+            for _ in range(200):  # at most 10 s
                 if seen == (0.0, 0):
                     break
                 await asyncio.sleep(0.05)
