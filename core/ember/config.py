@@ -115,7 +115,8 @@ class ServerSettings(BaseSettings):
         "A batch closes at this many texts.", str(MAX_BATCH_SIZE)
     )
     max_queue_size: str | None = _per_model(
-        "Texts waiting per model; past it requests get 429 at once.", str(MAX_QUEUE_SIZE)
+        "Inputs queued per model; past it requests get 429 at once, and one larger than it 413.",
+        str(MAX_QUEUE_SIZE),
     )
     instruction: str | None = _per_model(
         "An LLM reranker's instruction (Qwen3-Reranker's `<Instruct>`, mxbai-rerank-v2's "

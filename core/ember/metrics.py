@@ -24,7 +24,10 @@ class Metrics:
             registry=r,
         )
         self.queue_depth = Gauge(
-            "ember_queue_depth", "Texts waiting for a forward pass", ["model"], registry=r
+            "ember_queue_depth",
+            "Inputs admitted and not yet answered whose request has not ended",
+            ["model"],
+            registry=r,
         )
         self.batch_size = Histogram(
             "ember_batch_size",
@@ -51,7 +54,10 @@ class Metrics:
             "ember_failed_batches", "Forward passes that raised", ["model"], registry=r
         )
         self.rejected = Counter(
-            "ember_rejected", "Requests refused because the queue was full", ["model"], registry=r
+            "ember_rejected",
+            "Requests refused at arrival: queue full, too large, or past their deadline",
+            ["model"],
+            registry=r,
         )
         # The embedding cache (ember.engine.cache, --cache-entries): counted per input.
         self.cache_hits = Counter(

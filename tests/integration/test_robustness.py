@@ -21,7 +21,7 @@ from ember.backends.base import BackendDefaults
 from ember.batch import Outputs, TokenBatch
 from ember.config import settings_from_env
 from ember.engine import EngineArray
-from ember.errors import BackendFailure, Overloaded
+from ember.errors import BackendFailure, Overloaded, PayloadTooLarge
 from ember.logs import REQUEST_ID
 from ember.models.spec import ResolvedModel
 
@@ -179,10 +179,18 @@ async def test_request_timeout_drops_queued_items(minilm_path: Path) -> None:
 
 
 async def test_overloaded_is_raised_by_the_batcher(minilm_path: Path) -> None:
+    """A request larger than the queue can never fit: 413. One that fits an empty queue
+    but not the one there is now: 429."""
     engines, _ = _engines(minilm_path, delay=0.3, max_queue_size="3")
     await engines.start()
+    engine = engines.get(None)
     try:
+        with pytest.raises(PayloadTooLarge):
+            await engine.embed(["a", "b", "c", "d"])
+        queued = asyncio.create_task(engine.embed(["a", "b"]))
+        await asyncio.sleep(0)  # admitted: 2 of 3 taken
         with pytest.raises(Overloaded):
-            await engines.get(None).embed(["a", "b", "c", "d"])
+            await engine.embed(["c", "d"])
+        await queued
     finally:
         await engines.stop()

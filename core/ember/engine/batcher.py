@@ -11,9 +11,10 @@ items from different requests share batches. It is built around the oldest waiti
 it closes when its padded cost (largest x count) would pass ``max_batch_tokens``, it holds
 ``max_batch_size`` items, or its padding would pass the device's ``PaddingBudget``:
 random-length requests padded together did 2.6x the real work on this corpus. The queue
-is bounded (429 past it). Items whose request was cancelled or timed out are dropped
-before they reach a forward pass. A forward that raises fails only the futures of its
-own batch.
+is bounded (429 past it; 413 for a request larger than it). A request that ends (cancelled,
+timed out, failed) stops counting in the depth at once, queued or in a forward pass, and
+its queued items never reach a forward pass. A forward that raises fails only the futures
+of its own batch.
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ember.backends.base import PaddingBudget
-from ember.engine.admission import Throughput, refusal
+from ember.engine.admission import Batching, Throughput, decide
 from ember.engine.memory import IDLE_TRIM_SECONDS, release_freed_memory
-from ember.errors import BackendFailure, Overloaded, RequestTimeout
+from ember.errors import BackendFailure, Overloaded, PayloadTooLarge, RequestTimeout
 from ember.logs import REQUEST_ID
 from ember.metrics import Metrics
 
@@ -68,6 +69,7 @@ class WorkItem:
     enqueued_at: float = field(default_factory=time.perf_counter)
     deadline: float | None = None  # perf_counter time its request gives up
     request_id: str | None = field(default_factory=REQUEST_ID.get)  # made in its request
+    counted: bool = True  # in the depth: its request has not ended, nor its forward
 
 
 # Padding a batch may carry before a forward of its own would be cheaper: a CPU forward
@@ -80,6 +82,20 @@ PADDING_ACCELERATOR = PaddingBudget(tokens=4096, fraction=0.1)
 
 def padding_budget_for(device: str) -> PaddingBudget:
     return PADDING_CPU if device == "cpu" else PADDING_ACCELERATOR
+
+
+# A batch whose real cost is at least this many tokens prices a token for admission
+# (``Throughput.cost_per_second``): its forward's fixed cost is small beside its work. On
+# CPU a forward's fixed cost is a fraction of a millisecond (a 256-token MiniLM batch takes
+# several); on an accelerator a small batch costs about what a large one does, so only
+# batches of half the batch budget count there.
+REPRESENTATIVE_CPU_TOKENS = 256
+
+
+def representative_tokens_for(device: str, max_batch_tokens: int) -> int:
+    if device == "cpu":
+        return min(REPRESENTATIVE_CPU_TOKENS, max_batch_tokens)
+    return max(1, max_batch_tokens // 2)
 
 
 def take_batch(
@@ -148,6 +164,7 @@ class Batcher:
         idle_trim_seconds: float = IDLE_TRIM_SECONDS,
         trim: Callable[[], object] = release_freed_memory,
         thread_setup: Callable[[], object] | None = None,
+        representative_tokens: int = REPRESENTATIVE_CPU_TOKENS,
     ) -> None:
         """``thread_setup`` runs first on each forward thread (the engine lowers its
         priority there: ``ember.cpu.lower_thread_priority``)."""
@@ -157,6 +174,7 @@ class Batcher:
         self.max_batch_size = max_batch_size
         self.max_queue_size = max_queue_size
         self.padding = padding
+        self.representative_tokens = representative_tokens
         self.metrics = metrics
         # this model's series, labelled once: admission and every queue change touch them
         self._depth_gauge = metrics.queue_depth.labels(name)
@@ -165,7 +183,8 @@ class Batcher:
         self._trim = trim
         self._ran_since_trim = False
         self._pending: list[WorkItem] = []
-        self._in_flight = 0
+        self._forwarding: list[list[WorkItem]] = []  # the batches in a forward pass now
+        self._in_flight = 0  # their items still counted
         self._reserved = 0
         self.throughput = Throughput()
         self._wake = asyncio.Event()
@@ -184,20 +203,27 @@ class Batcher:
         """Inputs admitted and not yet answered: reserved, queued, in a forward pass."""
         return self._reserved + len(self._pending) + self._in_flight
 
-    def admit(self, count: int, budget_s: float | None = None) -> None:
+    def admit(
+        self, count: int, budget_s: float | None = None, costs: Sequence[float] | None = None
+    ) -> None:
         """Reserve room for ``count`` inputs as a request arrives, before any of its work
-        (tokenisation) is done: a full queue, or one that would take longer than the
-        request's ``budget_s`` at the measured throughput, refuses it at once (429)."""
-        if self.depth + count > self.max_queue_size:
+        (tokenisation) is done. ``ember.engine.admission.decide`` refuses it at once: more
+        inputs than the queue holds (413), a full queue, or inputs (``costs``: estimated,
+        when known) that alone or behind the queue would take longer than the request's
+        ``budget_s`` at the measured throughput (429)."""
+        refused = decide(
+            self.depth,
+            count,
+            budget_s,
+            self.throughput,
+            max_queued=self.max_queue_size,
+            batch=Batching(self.max_batch_size, self.max_batch_tokens),
+            costs=costs,
+        )
+        if refused is not None:
             self._rejected.inc()
-            raise Overloaded(
-                f"model {self.name!r} has {self.depth} inputs queued (limit "
-                f"{self.max_queue_size}); retry later",
-            )
-        why = None if budget_s is None else refusal(self.depth, count, budget_s, self.throughput)
-        if why is not None:
-            self._rejected.inc()
-            raise Overloaded(f"model {self.name!r}: {why}; retry later")
+            error = PayloadTooLarge if refused.status == 413 else Overloaded
+            raise error(f"model {self.name!r}: {refused.reason}")
         self._reserved += count
         self._depth_gauge.set(self.depth)
 
@@ -206,13 +232,26 @@ class Batcher:
         self._reserved = max(0, self._reserved - count)
         self._depth_gauge.set(self.depth)
 
-    def forget_done(self) -> None:
-        """Drop queued items whose request is gone (cancelled, timed out), so the depth
-        and its gauge say what is really waiting."""
-        live = [it for it in self._pending if not it.future.done()]
-        if len(live) != len(self._pending):
-            self._pending = live
-            self._depth_gauge.set(self.depth)
+    def drop(self, futures: Sequence[asyncio.Future[RowResult]]) -> None:
+        """The request that owns ``futures`` has ended (its client left, it timed out, an
+        input failed): cancel what of it has not run, and stop counting all of it now,
+        queued or in a forward pass, so the depth, its gauge and admission say at once
+        what is really waiting (a forward already running still finishes, for no one)."""
+        ended = set(futures)
+        for future in futures:
+            if not future.done():
+                future.cancel()
+        self._pending = [it for it in self._pending if it.future not in ended]
+        for batch in self._forwarding:
+            self._uncount(it for it in batch if it.future in ended)
+        self._depth_gauge.set(self.depth)
+
+    def _uncount(self, items: Iterable[WorkItem]) -> None:
+        """Stop counting ``items`` of a batch in a forward pass (once each)."""
+        for it in items:
+            if it.counted:
+                it.counted = False
+                self._in_flight -= 1
 
     def start(self) -> None:
         if self._task is None:
@@ -245,7 +284,7 @@ class Batcher:
         if self.depth + len(work) > self.max_queue_size:
             self._rejected.inc()
             raise Overloaded(
-                f"model {self.name!r} has {self.depth} inputs queued (limit "
+                f"model {self.name!r}: {self.depth} inputs are queued (limit "
                 f"{self.max_queue_size}); retry later",
             )
         loop = asyncio.get_running_loop()
@@ -255,10 +294,21 @@ class Batcher:
         self._wake.set()
         return [it.future for it in items]
 
-    async def run_direct(self, work: Sequence[Schedulable]) -> Sequence[Any]:
-        """Run a batch on the forward thread outside the queue (warm-up)."""
+    async def run_direct(self, work: Sequence[Schedulable], measure: bool = False) -> Sequence[Any]:
+        """Run a batch on a forward thread outside the queue (warm-up); ``measure``: count
+        its time in the throughput, as a queued batch's is (a warm one: the first forward
+        of a model also pays for allocating)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.run, work)
+        started = time.perf_counter()
+        out = await loop.run_in_executor(self._executor, self.run, work)
+        if measure:
+            self._observe(work, started, time.perf_counter())
+        return out
+
+    def _observe(self, work: Sequence[Schedulable], started: float, ended: float) -> None:
+        cost = sum(it.cost for it in work)
+        representative = cost >= self.representative_tokens
+        self.throughput.observe(len(work), started, ended, cost=cost, representative=representative)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -275,8 +325,10 @@ class Batcher:
             batch = self._without_doomed(batch)
             if not batch:
                 self._slots.release()
+                self._depth_gauge.set(self.depth)  # what was taken failed: not waiting
                 continue
             self._in_flight += len(batch)
+            self._forwarding.append(batch)
             self._ran_since_trim = True
             task = loop.create_task(self._forward(loop, batch))
             self._running.add(task)
@@ -326,10 +378,18 @@ class Batcher:
         loop.run_in_executor(None, self._trim)  # the default pool: no forward thread waits
 
     async def _forward(self, loop: asyncio.AbstractEventLoop, batch: list[WorkItem]) -> None:
-        live = [it for it in batch if not it.future.done()]  # cancelled while waiting
-        self._in_flight -= len(batch) - len(live)
-        if not live:
+        try:
+            await self._forward_live(loop, batch)
+        finally:
+            self._forwarding.remove(batch)
+            self._uncount(batch)
             self._slots.release()
+            self._depth_gauge.set(self.depth)
+
+    async def _forward_live(self, loop: asyncio.AbstractEventLoop, batch: list[WorkItem]) -> None:
+        live = [it for it in batch if not it.future.done()]  # cancelled while waiting
+        self._uncount(it for it in batch if it.future.done())
+        if not live:
             return
         work = [it.item for it in live]
         started = time.perf_counter()
@@ -352,10 +412,11 @@ class Batcher:
         else:
             ended = time.perf_counter()
             forward_s = ended - started
-            self.throughput.observe(len(live), started, ended)
+            self._observe(work, started, ended)
             padded = len(live) * max(it.cost for it in work)
             self.metrics.batch_size.labels(self.name).observe(len(live))
             self.metrics.batch_tokens.labels(self.name).observe(padded)
+            self._uncount(live)  # answered: out of the depth before their requests wake
             for row, it in enumerate(live):
                 if not it.future.done():
                     it.future.set_result(
@@ -363,6 +424,3 @@ class Batcher:
                     )
         finally:
             Batcher.forwards_running -= 1
-            self._slots.release()
-            self._in_flight -= len(live)
-            self._depth_gauge.set(self.depth)

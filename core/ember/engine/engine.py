@@ -21,7 +21,8 @@ from ember.backends.base import Backend
 from ember.callers import charge
 from ember.capabilities import Modality, Output
 from ember.cpu import lower_thread_priority
-from ember.engine.batcher import Batcher, padding_budget_for
+from ember.engine.admission import TextCost
+from ember.engine.batcher import Batcher, padding_budget_for, representative_tokens_for
 from ember.engine.cache import EmbeddingCache, embed_through, model_identity
 from ember.engine.forward import Piece, load_at_priority, run_batch
 from ember.engine.prepare import Prepare, Preparer
@@ -46,7 +47,15 @@ from ember.prompts import SIDE_INPUT_TYPES, prompt_for
 log = logging.getLogger(__name__)
 
 
-CPU_WARM_UP_LENGTH = 64
+# Tokens per input of the CPU warm-up batch, the model's max length if shorter: long
+# inputs, since a request that alone may miss its deadline is mostly long texts, and their
+# tokens cost more each than short ones' (MiniLM on 2 cores: 256-token texts ran at 0.8x
+# the tokens/s of 16-token ones).
+CPU_WARM_UP_LENGTH = 512
+# What each model embeds, reranks or classifies as its first request: ordinary English, so
+# that the characters per token measured from it (``TextCost``) price the first requests
+# that follow about right, as "warm-up" (1.4 characters a token) did not.
+WARM_UP_TEXT = "A short sentence of ordinary English that warms the model up before it serves."
 
 
 def _served(inputs: int, result: Result) -> Result:
@@ -86,6 +95,7 @@ class Engine:
         self.batcher: Batcher | None = None
         self._prepare = Preparer(media_budget)
         self.text_inputs: TextInputs | None = None  # set at start
+        self.text_cost = TextCost()  # characters per token, for admission by cost
         self.ready = False
         self.load_seconds = 0.0
         self.warmup_seconds = 0.0
@@ -147,6 +157,9 @@ class Engine:
             workers=backend.parallel_forwards,
             thread_setup=partial(lower_thread_priority, self.spec.forward_nice),
             padding=backend.padding or padding_budget_for(backend.info.device),
+            representative_tokens=representative_tokens_for(
+                backend.info.device, self.spec.max_batch_tokens
+            ),
         )
         self.batcher.start()
         self.load_seconds = time.perf_counter() - started
@@ -171,30 +184,36 @@ class Engine:
         On an accelerator the batch has the largest shape the batcher can form, so running
         out of device memory shows at start, not under load. On CPU memory grows on demand
         and kernels are not shape-specialised, and a largest-shape batch was 80% of the
-        cold start (4.4 of 5.5 s for MiniLM on ct2), so a small one warms the threads.
+        cold start (4.4 of 5.5 s for MiniLM on ct2), so one batch of a few hundred tokens
+        warms the threads. The batch runs twice; the second, warm, run is the first
+        measured rate admission prices a request's own cost at (a cold server admits any
+        size).
         """
         assert self.batcher and self.processor and self.backend
         started = time.perf_counter()
         length = self.processor.max_length
         count = max(1, min(self.batcher.max_batch_size, self.spec.max_batch_tokens // length))
         if self.backend.info.device == "cpu":
-            length, count = min(length, CPU_WARM_UP_LENGTH), 1
+            length = min(length, CPU_WARM_UP_LENGTH)
+            wanted = -(-self.batcher.representative_tokens // length)
+            count = max(1, min(self.batcher.max_batch_size, wanted))
         outputs = self.family.outputs
         largest = [Piece(self.processor.filler(length), outputs[0])] * count
         # Once per forward worker at the same time, so every worker thread is warm too.
-        await asyncio.gather(
-            *(self.batcher.run_direct(largest) for _ in range(self.batcher.workers))
-        )
+        for measure in (False, True):
+            await asyncio.gather(
+                *(self.batcher.run_direct(largest, measure) for _ in range(self.batcher.workers))
+            )
         for output in outputs:
             if output != "logits":
-                await self._embed(["warm-up"], output=output)  # not cached, not counted
+                await self._embed([WARM_UP_TEXT], output=output)  # not cached, not counted
         for modality in self.family.modalities[1:]:  # each media tower once, decoded inputs
             item = self.processor.warm_up_item(modality)  # type: ignore[attr-defined]
             await self.batcher.run_direct([Piece(item, outputs[0])])
         if self.family.scoring is not None:
-            await self.rerank("warm-up", ["warm-up"])
+            await self.rerank(WARM_UP_TEXT, [WARM_UP_TEXT])
         if self.family.classifies:
-            await self.classify(["warm-up"])
+            await self.classify([WARM_UP_TEXT])
         self.warmup_seconds = time.perf_counter() - started
 
     async def stop(self) -> None:
@@ -308,6 +327,8 @@ class Engine:
             postprocess.truncate_dimensions(np.zeros((1, 1)), dimensions, model.hidden_size)
         items = list(inputs)
         prepare: Prepare
+        sizes: list[int] | None = None  # characters, or token ids, of each text input
+        ids = False
         if modality != "text":
             family.require_modality(modality, self.name)
             if max_tokens is not None:
@@ -326,8 +347,10 @@ class Engine:
                 query=query,
                 max_tokens=max_tokens,
             )
-            prepare = self._prepare.tokenizing(job, sum(map(len, items)))
-        rows, result = await self._run(prepare, output, len(items))
+            sizes = [len(it) for it in items]
+            prepare = self._prepare.tokenizing(job, sum(sizes))
+            ids = bool(items) and not isinstance(items[0], str)
+        rows, result = await self._run(prepare, output, len(items), sizes, ids=ids)
         if output == "dense":
             result.outputs = postprocess.embedding_output(
                 np.stack(rows),
@@ -371,15 +394,17 @@ class Engine:
                         await pages()
                     )
 
-            else:
+            sizes: list[int] | None = None
+            if modality == "text":
+                sizes = [len(query), *map(len, docs)]
                 prepare = self._prepare.tokenizing(
                     lambda: (
                         processor.encode([query], truncate=truncate, query=True)
                         + processor.encode(docs, truncate=truncate)
                     ),
-                    len(query) + sum(map(len, docs)),
+                    sum(sizes),
                 )
-            rows, result = await self._run(prepare, "multi", 1 + len(docs))
+            rows, result = await self._run(prepare, "multi", 1 + len(docs), sizes)
             result.outputs = np.array([maxsim(rows[0], d) for d in rows[1:]], dtype=np.float64)
             return _served(len(docs), result)
         if modality != "text":
@@ -388,13 +413,9 @@ class Engine:
         encode = partial(processor.encode_pairs, pairs, truncate=truncate)
         if instruction is not None:  # an instructed family's processor takes it
             encode = partial(encode, instruction=instruction)
+        pair_sizes = [len(query) + len(doc) for doc in documents]
         rows, result = await self._run(
-            self._prepare.tokenizing(
-                encode,
-                len(query) * len(pairs) + sum(map(len, documents)),
-            ),
-            "logits",
-            len(pairs),
+            self._prepare.tokenizing(encode, sum(pair_sizes)), "logits", len(pairs), pair_sizes
         )
         activation = served_activation(model.rerank_activation, self.family.backbone, scale)
         result.outputs = postprocess.rerank_scores(
@@ -409,12 +430,14 @@ class Engine:
         self.family.require_classify(self.name)
         processor = self.processor
         assert processor is not None
+        sizes = [len(t) for t in texts]
         rows, result = await self._run(
             self._prepare.tokenizing(
-                lambda: processor.encode(list(texts), truncate=truncate), sum(map(len, texts))
+                lambda: processor.encode(list(texts), truncate=truncate), sum(sizes)
             ),
             "logits",
             len(texts),
+            sizes,
         )
         scores = postprocess.label_scores(
             np.stack(rows), model.id2label, raw=raw_scores, activation=model.activation
@@ -437,14 +460,34 @@ class Engine:
         limits = processor.limits  # type: ignore[attr-defined]  # a MediaProcessor's
         return self._prepare.media(items, modality, processor, limits, self.spec.request_timeout)
 
-    async def _run(self, prepare: Prepare, output: Output, count: int) -> tuple[list[Any], Result]:
+    def _costs(self, sizes: Sequence[int] | None, ids: bool) -> list[float] | None:
+        """Each input's cost (tokens) as known at arrival: its token ids' count, or its
+        characters at the measured characters per token; None when unknown (media)."""
+        if sizes is None or self.processor is None:
+            return None
+        cap = self.processor.max_length
+        if ids:
+            return [float(min(size, cap)) for size in sizes]
+        return self.text_cost.estimate(sizes, cap)
+
+    async def _run(
+        self,
+        prepare: Prepare,
+        output: Output,
+        count: int,
+        sizes: Sequence[int] | None = None,
+        *,
+        ids: bool = False,
+    ) -> tuple[list[Any], Result]:
         """Admit ``count`` inputs, prepare their features (tokenise; fetch and decode media),
         queue, await rows. The deadline runs from here, the request's arrival, and a full
-        queue refuses before any tokenisation or download."""
+        queue, or inputs that alone could not be answered in time, refuse before any
+        tokenisation or download. ``sizes``: each text input's characters (``ids``: its
+        token ids' count), for that estimate."""
         assert self.batcher is not None and self.model is not None
         t0 = time.perf_counter()
         deadline = t0 + self.spec.request_timeout
-        self.batcher.admit(count, self.spec.request_timeout)
+        self.batcher.admit(count, self.spec.request_timeout, self._costs(sizes, ids))
         submitted = False
         futures: list[asyncio.Future] = []
         try:
@@ -464,16 +507,17 @@ class Engine:
         except BaseException as exc:
             if not submitted:
                 self.batcher.release(count)
-            elif any(not f.done() or f.cancelled() for f in futures):  # cancelled, timed out
-                for fut in futures:  # drop what has not run yet
-                    fut.cancel()
-                self.batcher.forget_done()
+            else:  # cancelled, timed out, failed: what of it is left stops counting now
+                self.batcher.drop(futures)
             if isinstance(exc, asyncio.TimeoutError):
                 raise RequestTimeout(
                     f"request waited more than {self.spec.request_timeout:g}s for model "
                     f"{self.name!r}; the server is saturated"
                 ) from None
             raise
+        counts = [len(t) for t in tokens]
+        if sizes is not None and not ids and self.processor is not None:
+            self.text_cost.observe(sizes, counts, self.processor.max_length)
         timings.queue = max(r.queue_s for r in rows)
         timings.forward = max(r.forward_s for r in rows)
         widest = max(rows, key=lambda r: r.batch_size)
@@ -482,7 +526,6 @@ class Engine:
         self.metrics.stage_seconds.labels(name, "tokenize").observe(timings.tokenize)
         self.metrics.stage_seconds.labels(name, "queue").observe(timings.queue)
         self.metrics.stage_seconds.labels(name, "forward").observe(timings.forward)
-        counts = [len(t) for t in tokens]
         timings.tokens = sum(counts)
         result = Result(None, prompt_tokens=sum(counts), timings=timings, input_tokens=counts)
         return [r.row for r in rows], result
