@@ -1,7 +1,7 @@
 # Ember's general image: `ember serve` on port 7997, as TEI's and Infinity's images run.
 #
 #   docker build -t ember .                                   # CPU (torch CPU wheel, onnxruntime)
-#   docker build --build-arg DEVICE=cuda -t ember:cuda .      # CUDA (torch CUDA wheel, onnxruntime-gpu)
+#   docker build --build-arg DEVICE=cuda --build-arg TORCH_WHEEL=cuda -t ember:cuda .   # CUDA
 #   docker build --build-arg MODEL_ID=BAAI/bge-small-en-v1.5 -t ember:bge-small .   # baked model
 #   docker run -p 7997:7997 ember                             # the packaged all-MiniLM-L6-v2, offline
 #   docker run -p 7997:7997 -v ember-data:/data ember --model-id BAAI/bge-small-en-v1.5
@@ -51,23 +51,32 @@ RUN awk '/^# [a-z0-9-]+$/ {on = ($2 == "image"); next} on' /tmp/constraints-all.
     && grep -vE '^(torch|onnxruntime|onnxruntime-gpu)==' /tmp/constraints.txt > /tmp/rest.txt
 
 # torch first: the CPU wheel (PyTorch's CPU index, TORCH_CPU_INDEX; empty: pip's own
-# configuration finds it) or PyPI's CUDA wheel. TORCH_WHEEL follows DEVICE unless set: the
-# suite builds DEVICE=cuda with TORCH_WHEEL=cpu, where no GPU and no CUDA wheel can be had.
-ARG DEVICE=cpu
-ARG TORCH_WHEEL=""
+# configuration finds it) or PyPI's CUDA wheel (it carries its CUDA libraries); then every
+# other pin. DEVICE is declared only after these, so the CPU and CUDA images share these
+# layers when they share the torch wheel (the suite builds DEVICE=cuda on the CPU wheel,
+# where no GPU and no CUDA wheel can be had).
+ARG TORCH_WHEEL=cpu
 ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
-RUN wheel="${TORCH_WHEEL:-$DEVICE}" \
-    && version="$(sed -n 's/^torch==//p' /tmp/constraints.txt)" \
-    && case "$wheel" in \
+RUN version="$(sed -n 's/^torch==//p' /tmp/constraints.txt)" \
+    && case "$TORCH_WHEEL" in \
         cpu) pip install -c /tmp/constraints.txt \
                 ${TORCH_CPU_INDEX:+--extra-index-url "$TORCH_CPU_INDEX"} "torch==${version}+cpu" ;; \
         cuda) pip install -c /tmp/constraints.txt "torch==${version}" ;; \
-        *) echo "TORCH_WHEEL/DEVICE must be cpu or cuda, got ${wheel}" >&2; exit 1 ;; \
+        *) echo "TORCH_WHEEL must be cpu or cuda, got ${TORCH_WHEEL}" >&2; exit 1 ;; \
     esac \
-    && pip install -c /tmp/constraints.txt -r /tmp/rest.txt \
-    && if [ "$DEVICE" = cuda ]; then runtime=onnxruntime-gpu; else runtime=onnxruntime; fi \
+    && pip install -c /tmp/constraints.txt -r /tmp/rest.txt
+
+# onnxruntime for DEVICE=cpu, onnxruntime-gpu (CUDA and CPU providers) for DEVICE=cuda.
+ARG DEVICE=cpu
+RUN case "$DEVICE" in \
+        cpu) runtime=onnxruntime ;; \
+        cuda) runtime=onnxruntime-gpu ;; \
+        *) echo "DEVICE must be cpu or cuda, got ${DEVICE}" >&2; exit 1 ;; \
+    esac \
     && pip install -c /tmp/constraints.txt "$runtime" \
-    && pip check
+    && pip check \
+    && if [ "$DEVICE" = cuda ] && [ "$TORCH_WHEEL" = cpu ]; then \
+        echo "warning: DEVICE=cuda on TORCH_WHEEL=cpu: no CUDA libraries unless the base has them" >&2; fi
 
 # Ember last, without dependencies (all installed above): editing core/ rebuilds from here.
 COPY pyproject.toml README.md ./

@@ -274,12 +274,16 @@ def test_dependencies_are_installed_before_the_code_is_copied(relative: str) -> 
     ("section", "extras"),
     [("runpod", ("torch", "runpod", "media", "default-model")),
      ("sagemaker", ("torch", "media", "default-model")),
-     ("image", ("torch", "onnx", "media", "default-model"))],
+     ("image", ("torch", "onnx", "media", "default-model")),
+     ("bentoml", ("torch", "media", "default-model")),
+     ("modal", ("torch", "media", "default-model"))],
 )  # fmt: skip
 def test_images_installing_ember_without_deps_pin_all_it_needs(
     section: str, extras: tuple[str, ...]
 ) -> None:
-    """`pip install --no-deps .` relies on the section holding every requirement."""
+    """`pip install --no-deps .` relies on the section holding every requirement; so do
+    the Bento and Modal images, which import Ember from its source (the Bento's image once
+    failed at import without fastapi-offline)."""
     pinned = {_name(line.split(";")[0]) for line in constraints_section(section)}
     missing = _ember_requirements(*extras) - pinned
     assert not missing, sorted(missing)
@@ -333,3 +337,13 @@ def test_images_installing_a_cuda_torch_can_take_the_cpu_wheel(relative: str) ->
     text = (REPO / relative).read_text()
     assert "ARG TORCH_WHEEL=" in text and "ARG TORCH_CPU_INDEX=" in text
     assert '"torch==${version}+cpu"' in text
+
+
+@pytest.mark.parametrize("section", ["modal", "bentoml"])
+def test_images_importing_the_core_from_source_pin_uvicorns_standard_extras(section: str) -> None:
+    """Modal and BentoML images import Ember from its source (no `pip install .`), so
+    nothing resolves its `uvicorn[standard]`: the pins must carry httptools (the connection
+    deadlines need it) and the rest. The Bento's image once started without it."""
+    pinned = {_name(line.split(";")[0]) for line in constraints_section(section)}
+    standard = {"httptools", "uvloop", "watchfiles", "websockets", "python-dotenv", "pyyaml"}
+    assert standard <= pinned, sorted(standard - pinned)
