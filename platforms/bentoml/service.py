@@ -43,6 +43,22 @@ from ember.platform import (
 # 13.0). To bump it, change it with torch in platforms/constraints.txt, rebuild, and check
 # /info reports device=cuda.
 CUDA_IMAGE = "nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04"
+# The Bento's generated Dockerfile has no build arguments of its own: these variables, read
+# by `bentoml build`, are its BASE_IMAGE (another base, such as the suite's local stand-in)
+# and its torch wheel choice (cpu: the CPU build of the pinned version, from
+# EMBER_BENTOML_TORCH_CPU_INDEX; empty: the installer's own configuration finds it). They
+# describe the build, so they are not written into the image's environment.
+BUILD_SETTINGS = frozenset(
+    {"EMBER_BENTOML_BASE_IMAGE", "EMBER_BENTOML_TORCH_WHEEL", "EMBER_BENTOML_TORCH_CPU_INDEX"}
+)
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+# The CUDA base has no Python and no pip, which BentoML's generated Dockerfile needs to
+# install uv (it then makes the Python 3.11 venv with uv): a venv from the base's own
+# python3 holds uv, at BentoML's own pin.
+UV_SETUP = (
+    "python3 -m venv /opt/uv && /opt/uv/bin/pip install --no-cache-dir uv==0.13.4 "
+    "&& ln -sf /opt/uv/bin/uv /usr/local/bin/uv"
+)
 PYTHON_VERSION = "3.11"
 CONSTRAINTS = Path(__file__).resolve().parents[1] / "constraints.txt"
 BAKED_HF_HOME = "/home/bentoml/.cache/huggingface"  # the serving user's default HF cache
@@ -84,6 +100,19 @@ def bake_command(env: dict[str, str]) -> str | None:
     )
 
 
+def python_packages(env: dict[str, str]) -> list[str]:
+    """The "# bentoml" pins; EMBER_BENTOML_TORCH_WHEEL=cpu swaps torch for its CPU build."""
+    pins = constraint_pins("bentoml")
+    wheel = env.get("EMBER_BENTOML_TORCH_WHEEL", "cuda")
+    if wheel not in ("cpu", "cuda"):
+        raise ValueError(f"EMBER_BENTOML_TORCH_WHEEL must be cpu or cuda, got {wheel!r}")
+    if wheel == "cuda":
+        return pins
+    index = env.get("EMBER_BENTOML_TORCH_CPU_INDEX", TORCH_CPU_INDEX)
+    cpu = [f"{pin}+cpu" if pin.startswith("torch==") else pin for pin in pins]
+    return ([f"--extra-index-url {index}"] if index else []) + cpu
+
+
 def build_image(env: dict[str, str]) -> bentoml.images.Image:
     """Layer order is cache order. BentoML copies `build_include` files ahead of the
     package install, so only bake.py is included there: the pinned packages install, then
@@ -92,10 +121,14 @@ def build_image(env: dict[str, str]) -> bentoml.images.Image:
     reinstalls nothing and downloads nothing."""
     image = (
         bentoml.images.Image(
-            base_image=CUDA_IMAGE, python_version=PYTHON_VERSION, lock_python_packages=False
+            base_image=env.get("EMBER_BENTOML_BASE_IMAGE") or CUDA_IMAGE,
+            python_version=PYTHON_VERSION,
+            lock_python_packages=False,
         )
+        .system_packages("python3-venv")
+        .run(UV_SETUP)
         .build_include("platforms/bake.py")
-        .python_packages(*constraint_pins("bentoml"))
+        .python_packages(*python_packages(env))
     )
     bake = bake_command(env)
     return image.run(bake) if bake else image
@@ -109,7 +142,7 @@ IMAGE = build_image(dict(os.environ))
 ENVS: list[dict[str, str]] = [
     {"name": k, "value": v}
     for k, v in sorted(os.environ.items())
-    if k.startswith("EMBER_") and k not in SECRET_SETTINGS
+    if k.startswith("EMBER_") and k not in SECRET_SETTINGS | BUILD_SETTINGS
 ]
 ENVS.append({"name": "PYTHONPATH", "value": BENTO_CORE})
 

@@ -9,6 +9,7 @@ different image than the Dockerfile.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -23,11 +24,12 @@ from tests.platforms._helpers_runpod_sagemaker import REPO
 
 PLATFORMS = REPO / "platforms"
 CONSTRAINTS = PLATFORMS / "constraints.txt"
-DOCKERFILES = sorted(
+DOCKERFILES = [REPO / "Dockerfile"] + sorted(
     p for p in PLATFORMS.rglob("Dockerfile*") if p.is_file() and not p.name.endswith(".md")
 )
 # The images this test's author owns; each must exist (the glob above must not be empty).
 EXPECTED = {
+    "../Dockerfile": "image",
     "runpod/Dockerfile": "runpod",
     "sagemaker/Dockerfile": "sagemaker",
     "sagemaker/Dockerfile.cuda": "sagemaker",
@@ -75,7 +77,7 @@ def base_image_problems(text: str) -> list[str]:
     for keyword, rest in instructions(text):
         if keyword == "ARG" and "=" in rest:
             name, _, default = rest.partition("=")
-            args.setdefault(name.strip(), default.strip().strip('"'))
+            args.setdefault(name.strip(), _substitute(default.strip().strip('"'), args))
         if keyword != "FROM":
             continue
         words = [w for w in rest.split() if not w.startswith("--platform")]
@@ -95,6 +97,18 @@ def base_image_problems(text: str) -> list[str]:
         elif tag == "latest" or not FULL_VERSION.search(tag):
             problems.append(f"{image}: floating tag {tag!r}; pin a full X.Y.Z tag or a digest")
     return problems
+
+
+def base_image(text: str) -> str:
+    """The first FROM's image with the build arguments' defaults put in."""
+    args: dict[str, str] = {}
+    for keyword, rest in instructions(text):
+        if keyword == "ARG" and "=" in rest:
+            name, _, default = rest.partition("=")
+            args.setdefault(name.strip(), _substitute(default.strip().strip('"'), args))
+        if keyword == "FROM":
+            return _substitute(rest.split()[0], args)
+    raise AssertionError("no FROM")
 
 
 def pip_problems(text: str) -> list[str]:
@@ -133,11 +147,11 @@ def constraints_section(name: str) -> list[str]:
 
 
 def test_the_expected_dockerfiles_exist() -> None:
-    found = {str(p.relative_to(PLATFORMS)) for p in DOCKERFILES}
+    found = {os.path.relpath(p, PLATFORMS) for p in DOCKERFILES}
     assert set(EXPECTED) <= found, found
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(PLATFORMS)))
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_hadolint_clean(dockerfile: Path) -> None:
     proc = subprocess.run(
         [_hadolint(), "--no-color", "--format", "json", str(dockerfile)],
@@ -150,7 +164,7 @@ def test_hadolint_clean(dockerfile: Path) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(PLATFORMS)))
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_base_image_and_pip_are_pinned(dockerfile: Path) -> None:
     text = dockerfile.read_text()
     assert any(k == "FROM" for k, _ in instructions(text))
@@ -190,8 +204,7 @@ def test_constraints_section_is_exact_pins(section: str) -> None:
 )
 def test_docs_name_the_pinned_base_image(relative: str, doc: str) -> None:
     """The 'how to bump' docs must show the tag the Dockerfile really uses."""
-    text = (PLATFORMS / relative).read_text()
-    image = next(rest.split()[0] for k, rest in instructions(text) if k == "FROM")
+    image = base_image((PLATFORMS / relative).read_text())
     tag = image.rsplit(":", 1)[1]
     assert tag in (REPO / "docs" / "platforms" / doc).read_text()
 
@@ -238,7 +251,8 @@ def _ember_requirements(*extras: str) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "relative", ["runpod/Dockerfile", "sagemaker/Dockerfile", "sagemaker/Dockerfile.cuda"]
+    "relative",
+    ["../Dockerfile", "runpod/Dockerfile", "sagemaker/Dockerfile", "sagemaker/Dockerfile.cuda"],
 )
 def test_dependencies_are_installed_before_the_code_is_copied(relative: str) -> None:
     """An edit to core/ must not reinstall torch or download weights again: every pip
@@ -259,12 +273,17 @@ def test_dependencies_are_installed_before_the_code_is_copied(relative: str) -> 
 @pytest.mark.parametrize(
     ("section", "extras"),
     [("runpod", ("torch", "runpod", "media", "default-model")),
-     ("sagemaker", ("torch", "media", "default-model"))],
+     ("sagemaker", ("torch", "media", "default-model")),
+     ("image", ("torch", "onnx", "media", "default-model")),
+     ("bentoml", ("torch", "media", "default-model")),
+     ("modal", ("torch", "media", "default-model"))],
 )  # fmt: skip
 def test_images_installing_ember_without_deps_pin_all_it_needs(
     section: str, extras: tuple[str, ...]
 ) -> None:
-    """`pip install --no-deps .` relies on the section holding every requirement."""
+    """`pip install --no-deps .` relies on the section holding every requirement; so do
+    the Bento and Modal images, which import Ember from its source (the Bento's image once
+    failed at import without fastapi-offline)."""
     pinned = {_name(line.split(";")[0]) for line in constraints_section(section)}
     missing = _ember_requirements(*extras) - pinned
     assert not missing, sorted(missing)
@@ -298,3 +317,33 @@ def test_bake_downloads_what_serving_reads() -> None:
     body = inspect.getsource(resolve.needs_legacy_weights).split('"""')[-1]
     assert body in source
     assert "import ember" not in source and "from ember" not in source
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_base_is_a_build_argument(dockerfile: Path) -> None:
+    """`--build-arg BASE_IMAGE=...` builds any image on another base (the suite's local
+    stand-ins); its default stays the pinned base."""
+    steps = instructions(dockerfile.read_text())
+    first_from = next(i for i, (k, _) in enumerate(steps) if k == "FROM")
+    assert steps[first_from][1].split()[0] == "${BASE_IMAGE}"
+    assert any(k == "ARG" and r.startswith("BASE_IMAGE=") for k, r in steps[:first_from])
+    assert "$" not in base_image(dockerfile.read_text())
+
+
+@pytest.mark.parametrize(
+    "relative", ["Dockerfile", "platforms/runpod/Dockerfile", "platforms/sagemaker/Dockerfile.cuda"]
+)
+def test_images_installing_a_cuda_torch_can_take_the_cpu_wheel(relative: str) -> None:
+    text = (REPO / relative).read_text()
+    assert "ARG TORCH_WHEEL=" in text and "ARG TORCH_CPU_INDEX=" in text
+    assert '"torch==${version}+cpu"' in text
+
+
+@pytest.mark.parametrize("section", ["modal", "bentoml"])
+def test_images_importing_the_core_from_source_pin_uvicorns_standard_extras(section: str) -> None:
+    """Modal and BentoML images import Ember from its source (no `pip install .`), so
+    nothing resolves its `uvicorn[standard]`: the pins must carry httptools (the connection
+    deadlines need it) and the rest. The Bento's image once started without it."""
+    pinned = {_name(line.split(";")[0]) for line in constraints_section(section)}
+    standard = {"httptools", "uvloop", "watchfiles", "websockets", "python-dotenv", "pyyaml"}
+    assert standard <= pinned, sorted(standard - pinned)

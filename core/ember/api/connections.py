@@ -289,7 +289,12 @@ def http_protocol(limits: ConnectionLimits) -> Any:
     return type("EmberHttpProtocol", (DeadlineProtocol,), {"limits": limits, "reserve": Reserve()})
 
 
-class DeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
+# Without httptools the class still defines (http_protocol never uses it then): an image
+# missing uvicorn[standard]'s extras must start, not fail at import.
+_HTTP_BASE: Any = HttpToolsProtocol if HttpToolsProtocol is not None else object
+
+
+class DeadlineProtocol(_HTTP_BASE):  # type: ignore[misc,valid-type]
     """uvicorn's httptools protocol with the deadlines and limits of ``limits``.
 
     One timer slot per connection: the head deadline while waiting for a request's head,
