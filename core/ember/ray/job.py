@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -97,7 +98,9 @@ def _take(feed: Any) -> Any:
 def embed_on_ray(
     settings: ServerSettings, source: InputSpec, options: JobOptions, on: RayOptions
 ) -> JobSummary:
-    """Run the job on a Ray cluster (started here when none is named, stopped at the end)."""
+    """Run the job on a Ray cluster (started here when none is named, stopped at the end).
+    The summary's ``seconds`` include starting the cluster and the workers' model loading
+    (in-process, loading is not in them)."""
     from ember.models.resolve import resolve_model
 
     _check_rows(source)
@@ -131,8 +134,11 @@ def cluster(address: str | None) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
+    local = not address and not os.environ.get("RAY_ADDRESS")  # Ray's own variable
     ray.init(
         address=address or None,
+        # a cluster of this machine only: its servers listen on loopback
+        **({"_node_ip_address": "127.0.0.1"} if local else {}),
         include_dashboard=False,
         log_to_driver=False,  # the workers' model-loading chatter; errors come back raised
         logging_level=logging.WARNING,
@@ -166,7 +172,6 @@ def _embed(
         batch_format="pyarrow",
         compute=ray.data.TaskPoolStrategy(size=window),
         num_cpus=0,  # waits on the feed; the CPUs are the workers'
-        scheduling_strategy=here,
     )
     ds = ds.map_batches(
         Embedder,
