@@ -65,3 +65,27 @@ def test_a_pyarrow_batch_keeps_the_columns_asked_for(embedder: Embedder, tiny: P
         assert embedder(batch).column_names == ["key", "embedding", "error"]
     finally:
         embedder.keep_columns = None
+
+
+def test_embed_ray_refuses_bad_options_in_one_line_before_any_worker(
+    tiny: Path, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    from tests.support import REPO, child_env
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("hello\n")
+    for flag, fragment in (
+        ("--dimensions=999", "dimensions must be between 1 and 32 for this model, got 999"),
+        ("--prompt-name=query", "prompt_name 'query' is not one of this model's prompts"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "ember", "embed", str(corpus), "--output",
+             str(tmp_path / "o"), "--model-id", str(tiny), "--ray", flag],
+            cwd=REPO, env=child_env(drop_prefixes=("EMBER_", "RAY_ADDRESS")),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert fragment in done.stderr.strip().splitlines()[-1]

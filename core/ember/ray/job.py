@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import ray
 
 from ember.config import ServerSettings
-from ember.errors import ConfigError
+from ember.errors import ConfigError, EmberError
 from ember.jobs.inputs import InputSpec
 from ember.jobs.lock import hold_output
 from ember.jobs.runner import JobOptions, _check_rows, job_identity, job_settings, output_of
@@ -108,6 +108,7 @@ def embed_on_ray(
         spec = job_settings(settings, options).model_specs()[0]
         model = resolve_model(spec)  # the model's files and family: no weights loaded
         output = output_of(model.family, model.served_name, options.output_kind)
+        _check_options(model, output, options)
         run = JobRun(
             source,
             options.output,
@@ -121,9 +122,45 @@ def embed_on_ray(
         try:
             with cluster(on.address):
                 _embed(run, settings, options, output, on)
+        except ray.exceptions.RayError as exc:  # a worker's own error: said as in-process
+            cause = _ember_cause(exc)
+            if cause is None:
+                raise
+            raise cause from None
         finally:
             run.close()
         return run.finish()
+
+
+def _check_options(model: Any, output: str, options: JobOptions) -> None:
+    """What the in-process job's first call would refuse, refused before any worker starts
+    (a worker's failed start reaches the driver as Ray's error, not the model's reason)."""
+    import numpy as np
+
+    from ember.errors import BadRequest
+    from ember.heads.postprocess import truncate_dimensions
+
+    if options.dimensions is not None:
+        if output != "dense":
+            raise BadRequest(f"--dimensions applies to dense embeddings, not {output}")
+        truncate_dimensions(np.zeros((1, 1)), options.dimensions, model.hidden_size)
+    if options.prompt_name is not None and options.prompt_name not in model.prompts:
+        raise BadRequest(
+            f"prompt_name {options.prompt_name!r} is not one of this model's prompts "
+            f"{sorted(model.prompts) or '(none)'}"
+        )
+
+
+def _ember_cause(exc: BaseException) -> EmberError | None:
+    """The Ember error a Ray error wraps (a worker's bad model, say), if it is one."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, EmberError):
+            return current
+        seen.add(id(current))
+        current = getattr(current, "cause", None) or current.__cause__ or current.__context__
+    return None
 
 
 @contextmanager
