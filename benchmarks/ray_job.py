@@ -123,7 +123,7 @@ def main() -> None:
         "shard_rows": args.shard_rows,
         "workers": args.workers,
         "backend": args.backend,
-        "model": model.name,
+        "model": args.model or "all-MiniLM-L6-v2 (the packaged default)",
         "cores": os.cpu_count(),
         "command": "PYTHONPATH=core:. .venv/bin/python benchmarks/ray_job.py "
         + " ".join(sys.argv[1:]),

@@ -153,6 +153,7 @@ def _same_dataset(a: Path, b: Path, rows: int) -> None:
     assert all("more than this model's maximum of 128" in e["error"] for e in letters)
 
 
+@pytest.mark.slow
 def test_ray_equals_in_process_and_each_resumes_the_other(
     tmp_path: Path, tiny: Path, cluster: str
 ) -> None:
@@ -186,6 +187,7 @@ def _embedder_workers() -> list[psutil.Process]:
     return workers
 
 
+@pytest.mark.slow
 def test_a_killed_worker_s_shard_is_run_again(tmp_path: Path, tiny: Path, cluster: str) -> None:
     corpus = _write_corpus(tmp_path / "corpus.jsonl", _texts(ROWS))
     out, log = tmp_path / "out", tmp_path / "embed.log"
@@ -206,6 +208,7 @@ def test_a_killed_worker_s_shard_is_run_again(tmp_path: Path, tiny: Path, cluste
     assert ids == [f"doc-{i:05d}" for i in range(ROWS) if i not in REFUSED]
 
 
+@pytest.mark.slow
 def test_a_killed_driver_resumes_and_leaves_no_ray_process(tmp_path: Path, tiny: Path) -> None:
     corpus = _write_corpus(tmp_path / "corpus.jsonl", _texts(ROWS))
     out, log = tmp_path / "out", tmp_path / "embed.log"
