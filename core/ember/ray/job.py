@@ -193,6 +193,8 @@ def _embed(
 
     workers = on.workers or default_workers(on.cpus_per_worker, on.gpus_per_worker)
     shards = -(-run.rows_left // options.shard_rows)
+    if shards < 1:  # killed between its last shard and marking the dataset complete
+        return
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
     feed = _Feed.options(scheduling_strategy=here).remote()
     window = 2 * workers + 1  # shards in the object store: each worker's next one waiting
