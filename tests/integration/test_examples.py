@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import API_KEY
 from tests.support import REPO, ServerProcess
 
@@ -46,3 +48,9 @@ def test_rag_rerank_example(server: ServerProcess) -> None:
 def test_embedded_example() -> None:
     out = _run("embedded.py", {})
     assert "(3, 384) normalised: True" in out and "Matryoshka: (1, 192)" in out
+
+
+def test_ray_example() -> None:
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    out = _run("ray_embed.py", {})
+    assert "100 rows, 384 dims, refused: 0" in out and "bread~sourdough:" in out

@@ -102,6 +102,38 @@ def add_embed_parser(sub: Any, add_settings_arguments: Callable[..., None]) -> N
         "--overwrite", action="store_true", help="Discard what the output directory holds."
     )
     embed.add_argument(
+        "--truncate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Cut texts past the model's maximum length; with --no-truncate such a row is "
+        "refused: left out of the dataset and written to DIR/_errors.jsonl (id, position, "
+        "error), and counted in the summary's `errors`.",
+    )
+    embed.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="Embed the shards on a Ray cluster (pip install 'ember[ray]'): the cluster at "
+        "ADDRESS (or RAY_ADDRESS), else a local one sized to this machine, started and "
+        "stopped by the job. Same output as in-process; either resumes the other's. "
+        "Put it after INPUT, or write --ray=ADDRESS.",
+    )
+    embed.add_argument(
+        "--ray-workers",
+        type=int,
+        default=None,
+        help="Ray actors, each with the model loaded once; default: as many as the "
+        "cluster's CPUs (or GPUs, with --ray-gpus-per-worker) hold.",
+    )
+    embed.add_argument(
+        "--ray-cpus-per-worker", type=float, default=1.0, help="CPUs each Ray worker takes [1]."
+    )
+    embed.add_argument(
+        "--ray-gpus-per-worker", type=float, default=0.0, help="GPUs each Ray worker takes [0]."
+    )
+    embed.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -135,9 +167,13 @@ def run_embed(args: argparse.Namespace, settings: Any) -> int:
     for name in ("shard_rows", "in_flight", "chunk_rows"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.ray_workers is not None and args.ray_workers < 1:
+        raise ConfigError("--ray-workers must be at least 1")
     from ember.jobs.batch import is_batch_file
 
     if is_batch_file(Path(args.input), args.input_format):
+        if args.ray is not None:
+            raise ConfigError("--ray runs a corpus; a batch file runs in-process")
         return _run_batch(args, settings)
     source = InputSpec.of(
         args.input,
@@ -156,23 +192,36 @@ def run_embed(args: argparse.Namespace, settings: Any) -> int:
         chunk_rows=args.chunk_rows,
         overwrite=args.overwrite,
         progress=args.progress,
+        truncate=args.truncate,
     )
-    summary = embed_corpus(settings, source, options)
-    line = {
-        "output": str(summary.output),
-        "rows": summary.rows,
-        "rows_this_run": summary.rows_this_run,
-        "resumed_from": summary.resumed_from,
-        "shards": summary.shards,
-        "seconds": round(summary.seconds, 3),
-        "rows_per_second": round(summary.rows_per_second, 1),
-    }
-    sys.stdout.write(orjson.dumps(line).decode() + "\n")
+    if args.ray is None:
+        summary = embed_corpus(settings, source, options)
+    else:
+        summary = _run_ray(args, settings, source, options)
+    sys.stdout.write(orjson.dumps(summary.line()).decode() + "\n")
     return 0
+
+
+def _run_ray(args: argparse.Namespace, settings: Any, source: Any, options: Any) -> Any:
+    """The job on Ray (``ember.ray.job``); Ray imported only here."""
+    from ember.errors import ConfigError
+
+    try:
+        from ember.ray.job import RayOptions, embed_on_ray
+    except ImportError as exc:  # the extra is missing: one line, naming it
+        raise ConfigError(str(exc)) from None
+    on = RayOptions(
+        address=args.ray or None,
+        workers=args.ray_workers,
+        cpus_per_worker=args.ray_cpus_per_worker,
+        gpus_per_worker=args.ray_gpus_per_worker,
+    )
+    return embed_on_ray(settings, source, options, on)
 
 
 # Corpus flags that a batch file's lines carry in their own bodies instead.
 BATCH_REFUSED = ("id_column", "output_kind", "normalize", "dimensions", "prompt_name")
+# (--no-truncate too: a batch line's body says truncate itself)
 
 
 def _run_batch(args: argparse.Namespace, settings: Any) -> int:
@@ -185,6 +234,7 @@ def _run_batch(args: argparse.Namespace, settings: Any) -> int:
     from ember.jobs.batch import run_batch_file
 
     given = [n for n in BATCH_REFUSED if getattr(args, n) is not None]
+    given += [] if args.truncate else ["truncate"]
     if given or args.text_column != "text":
         name = (given or ["text_column"])[0].replace("_", "-")
         raise ConfigError(f"--{name} is for a corpus; a batch file's lines say it in each body")

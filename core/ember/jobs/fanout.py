@@ -164,6 +164,7 @@ def _join(work: Path, tasks: Iterable[ShardTask], output: Path, job: dict[str, A
     if checkpoint.complete:
         return checkpoint
     checkpoint.shards.clear()  # joined again from the start: links are cheap
+    errors: list[bytes] = []
     for task in sorted(tasks, key=lambda t: t.index):
         if not shard_done(work, task):
             raise ConfigError(f"shard {task.index} ({task.output}) has not finished")
@@ -171,11 +172,28 @@ def _join(work: Path, tasks: Iterable[ShardTask], output: Path, job: dict[str, A
         for part in inner.shards:
             name = shard_name(len(checkpoint.shards))
             _link(work / task.output / part.name, output / name)
-            checkpoint.shards.append(Shard(name, checkpoint.rows_done, part.rows, part.digest))
+            shard = Shard(name, checkpoint.rows_done, part.rows, part.digest, part.errors)
+            checkpoint.shards.append(shard)
+        errors += _shard_errors(work / task.output, task.start, inner.errors)
+    _atomic_write(dataset.errors_path, b"".join(errors))  # before the checkpoint names them
     checkpoint.total_rows = checkpoint.rows_done
     checkpoint.complete = True
     dataset.save(checkpoint)
     return checkpoint
+
+
+def _shard_errors(directory: Path, start: int, count: int) -> list[bytes]:
+    """A shard job's dead letters, at their positions in the whole input."""
+    import orjson
+
+    if not count:
+        return []
+    out = []
+    for line in Dataset(directory).errors_path.read_bytes().splitlines()[:count]:
+        entry = orjson.loads(line)
+        entry["position"] += start
+        out.append(orjson.dumps(entry) + b"\n")
+    return out
 
 
 def fan_out(

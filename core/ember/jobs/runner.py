@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,12 @@ from ember.capabilities import Output
 from ember.config import ServerSettings
 from ember.engine import Engine, EngineArray
 from ember.errors import BadRequest, ConfigError
-from ember.jobs.digests import ShardDigests, verify_rows
+from ember.families import Family
 from ember.jobs.inputs import InputSpec, Row
 from ember.jobs.lock import hold_output
-from ember.jobs.shards import Checkpoint, Dataset, id_type_of, shard_table
+from ember.jobs.refusals import embed_each, split_refused
+from ember.jobs.shards import embedding_array
+from ember.jobs.writer import JobRun, JobSummary
 from ember.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -63,20 +65,16 @@ class JobOptions:
     chunk_rows: int = CHUNK_ROWS
     overwrite: bool = False
     progress: bool = True
+    truncate: bool = True  # off: a row past the model's maximum is refused (_errors.jsonl)
 
-
-@dataclass(frozen=True)
-class JobSummary:
-    output: Path
-    rows: int  # in the dataset now
-    rows_this_run: int
-    seconds: float  # of this run's embedding, model loading excluded
-    shards: int
-    resumed_from: int  # rows already written when this run started
-
-    @property
-    def rows_per_second(self) -> float:
-        return self.rows_this_run / self.seconds if self.seconds > 0 else 0.0
+    def embed_options(self) -> dict[str, Any]:
+        """What each engine call is given besides the output kind."""
+        return {
+            "normalize": self.normalize,
+            "dimensions": self.dimensions,
+            "prompt_name": self.prompt_name,
+            "truncate": self.truncate,
+        }
 
 
 def job_settings(settings: ServerSettings, options: JobOptions) -> ServerSettings:
@@ -101,12 +99,15 @@ async def embed_rows(
     chunk_rows: int = CHUNK_ROWS,
     embed_options: dict[str, Any] | None = None,
     on_rows: Callable[[int], object] | None = None,
+    refuse_rows: bool = False,
 ) -> AsyncIterator[tuple[list[Any], list[Any]]]:
     """(ids, embeddings) of ``shard_rows`` rows at a time (the last may be shorter), in
-    the order ``rows`` gives them, with up to ``in_flight`` inputs queued ahead."""
+    the order ``rows`` gives them, with up to ``in_flight`` inputs queued ahead. With
+    ``refuse_rows`` a row the model refuses is a ``Refused`` among the embeddings
+    (``jobs.refusals``) instead of the call's error."""
     options = embed_options or {}
     source = iter(rows)
-    window: deque[tuple[list[Any], asyncio.Task[Any]]] = deque()
+    window: deque[tuple[list[Any], list[str], asyncio.Task[Any]]] = deque()
     queued = 0
     exhausted = False
     ids: list[Any] = []
@@ -121,15 +122,21 @@ async def embed_rows(
                 texts = [text for _, text in part]
                 call = engine.embed(texts, output=output, **options)
                 call = tracing.traced(tracing.JOB_SPAN, call)  # a span per chunk, if on
-                window.append(([row_id for row_id, _ in part], asyncio.ensure_future(call)))
+                chunk_ids = [row_id for row_id, _ in part]
+                window.append((chunk_ids, texts, asyncio.ensure_future(call)))
                 queued += len(part)
             if not window:
                 break
-            chunk_ids, task = window.popleft()
-            result = await task
+            chunk_ids, texts, task = window.popleft()
+            try:
+                outputs = (await task).outputs
+            except BadRequest:
+                if not refuse_rows:
+                    raise
+                outputs = await embed_each(texts, partial(_embed_one, engine, output, options))
             queued -= len(chunk_ids)
             ids.extend(chunk_ids)
-            values.extend(result.outputs)
+            values.extend(outputs)
             if on_rows is not None:
                 on_rows(len(chunk_ids))
             while len(ids) >= shard_rows:
@@ -138,9 +145,13 @@ async def embed_rows(
         if ids:
             yield ids, values
     finally:
-        for _, task in window:  # an error or a cancelled job: drop what is still queued
+        for *_, task in window:  # an error or a cancelled job: drop what is still queued
             task.cancel()
-        await asyncio.gather(*(task for _, task in window), return_exceptions=True)
+        await asyncio.gather(*(task for *_, task in window), return_exceptions=True)
+
+
+async def _embed_one(engine: Engine, output: Output, options: dict[str, Any], text: str) -> Any:
+    return (await engine.embed([text], output=output, **options)).outputs[0]
 
 
 def job_identity(
@@ -162,18 +173,22 @@ def job_identity(
         "normalize": options.normalize,
         "dimensions": options.dimensions,
         "prompt_name": options.prompt_name,
+        # only when off: a checkpoint written before the flag existed resumes as it was
+        **({} if options.truncate else {"truncate": False}),
     }
 
 
 def choose_output(engine: Engine, wanted: Output | None) -> Output:
     """The embedding to compute: the one asked for, if the model has it, else its own."""
-    kind = engine.family
+    return output_of(engine.family, engine.name, wanted)
+
+
+def output_of(kind: Family, name: str, wanted: Output | None) -> Output:
+    """``choose_output`` from the model's family (a Ray driver resolves it, loads nothing)."""
     output = wanted or kind.embedding
     if output is None or output == "logits":
-        raise BadRequest(
-            f"model {engine.name!r} ({kind.name}) does not embed; it serves {kind.serves()}"
-        )
-    kind.require_output(output, engine.name)
+        raise BadRequest(f"model {name!r} ({kind.name}) does not embed; it serves {kind.serves()}")
+    kind.require_output(output, name)
     return output
 
 
@@ -194,73 +209,41 @@ async def run_embed_job(engine: Engine, source: InputSpec, options: JobOptions) 
 
 async def _embed_held(engine: Engine, source: InputSpec, options: JobOptions) -> JobSummary:
     """``run_embed_job`` once this process holds the output directory."""
-    from tqdm import tqdm
-
     output = choose_output(engine, options.output_kind)
-    dataset = Dataset(options.output)
-    checkpoint = dataset.open(
-        job_identity(engine.spec, source, output, options), overwrite=options.overwrite
+    embed_options = options.embed_options()
+    # The options are tried once first: one the model cannot take (dimensions past its
+    # size) fails the job here, not every row into the dead-letter file.
+    probe = await engine.embed(["ember"], output=output, **embed_options)
+    empty = embedding_array(output, probe.outputs)[:0]  # a shard whose rows are all refused
+    run = JobRun(
+        source,
+        options.output,
+        job_identity(engine.spec, source, output, options),
+        shard_rows=options.shard_rows,
+        overwrite=options.overwrite,
+        progress=options.progress,
     )
-    done = checkpoint.rows_done
-    verify_rows(source.rows(0, done), checkpoint.shards, source.path.name, options.output)
-    if checkpoint.complete:
-        if next(iter(source.rows(done, done + 1)), None) is None:
-            log.info("%s is complete (%d rows); nothing to do", options.output, done)
-            return JobSummary(options.output, done, 0, 0.0, len(checkpoint.shards), done)
-        log.info("%s has rows past the %d embedded: embedding them", source.path.name, done)
-        checkpoint.complete, checkpoint.total_rows = False, None
-    if checkpoint.total_rows is None:
-        checkpoint.total_rows = source.count_rows()
-        dataset.save(checkpoint)
-    id_type = _id_type(dataset, checkpoint)
-    embed_options = {
-        "normalize": options.normalize,
-        "dimensions": options.dimensions,
-        "prompt_name": options.prompt_name,
-    }
-    bar = tqdm(
-        total=checkpoint.total_rows,
-        initial=done,
-        unit="row",
-        desc="embed",
-        disable=not options.progress,
-        smoothing=0.05,
-        dynamic_ncols=True,
-    )
-    started = time.perf_counter()
-    digested = ShardDigests(source.rows(start=done), options.shard_rows)
+    if run.finished:
+        return run.finish()
     try:
         async for ids, values in embed_rows(
             engine,
-            digested,
+            run.rows,
             output=output,
             shard_rows=options.shard_rows,
             in_flight=options.in_flight,
             chunk_rows=options.chunk_rows,
             embed_options=embed_options,
-            on_rows=bar.update,
+            on_rows=run.bar.update,
+            refuse_rows=True,
         ):
-            id_type = id_type or id_type_of(ids[:1000])
-            table = shard_table(ids, output, values, id_type)
+            good, refused = split_refused(values)
+            column = embedding_array(output, good) if good else empty
             # Parquet encoding and fsync off the loop: the batcher keeps being fed meanwhile.
-            await asyncio.to_thread(dataset.write_shard, checkpoint, table, digested.next_digest())
+            await asyncio.to_thread(run.write, ids, column, refused)
     finally:
-        bar.close()
-    seconds = time.perf_counter() - started
-    checkpoint.complete = True
-    checkpoint.total_rows = checkpoint.rows_done  # rows past a resume may have been added
-    dataset.save(checkpoint)
-    rows = checkpoint.rows_done
-    return JobSummary(options.output, rows, rows - done, seconds, len(checkpoint.shards), done)
-
-
-def _id_type(dataset: Dataset, checkpoint: Checkpoint) -> Any:
-    """The id type earlier shards were written with (None before the first)."""
-    if not checkpoint.shards:
-        return None
-    import pyarrow.parquet as pq
-
-    return pq.read_schema(dataset.dir / checkpoint.shards[0].name).field("id").type
+        run.close()
+    return run.finish()
 
 
 async def _run(settings: ServerSettings, source: InputSpec, options: JobOptions) -> JobSummary:

@@ -7,6 +7,11 @@ shards, each exactly once. A resumed job deletes whatever the checkpoint does no
 no listed shard holds: no row is lost or written twice. The checkpoint's name starts with
 ``_``, which Parquet readers (pyarrow, DuckDB, Spark, polars) skip, so the directory reads
 as one dataset, in input order (shard names sort in order).
+
+A row the model refuses (too long with ``truncate`` off) is not in any shard: it is a line
+of ``_errors.jsonl`` (its id, position and the error), appended before its shard is
+published; each shard records how many of its rows were refused, so a resume cuts the
+file back to the lines of the shards the checkpoint names.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from ember.capabilities import Output
 from ember.errors import BadRequest, ConfigError
 
 CHECKPOINT = "_ember_job.json"
+ERRORS = "_errors.jsonl"  # the dead letters: rows the model refused, one JSON line each
 TEMP_SUFFIX = ".tmp"
 
 
@@ -84,8 +90,9 @@ def _sync_dir(directory: Path) -> None:
 class Shard:
     name: str
     start: int  # first input row it holds
-    rows: int
+    rows: int  # input rows it covers: those in the file and the ``errors`` refused
     digest: str | None = None  # of the input rows it was computed from (jobs.digests)
+    errors: int = 0  # rows refused by the model, in the dataset's ``_errors.jsonl``
 
 
 @dataclass
@@ -101,6 +108,10 @@ class Checkpoint:
     @property
     def rows_done(self) -> int:
         return sum(s.rows for s in self.shards)
+
+    @property
+    def errors(self) -> int:
+        return sum(s.errors for s in self.shards)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1, default=str).encode()
@@ -144,7 +155,12 @@ class Dataset:
         self.save(checkpoint)
         return checkpoint
 
+    @property
+    def errors_path(self) -> Path:
+        return self.dir / ERRORS
+
     def _clean(self, checkpoint: Checkpoint) -> None:
+        self._cut_errors(checkpoint.errors)
         keep = {s.name for s in checkpoint.shards}
         for path in self.dir.iterdir():
             leftover = path.name.endswith(TEMP_SUFFIX) or (
@@ -159,21 +175,57 @@ class Dataset:
                     "output was changed by hand: pass --overwrite to start again"
                 )
 
+    def _cut_errors(self, lines: int) -> None:
+        """Keep the dead letters of the listed shards: lines appended for a shard a kill
+        left unrecorded would be written again by the resume."""
+        if not self.errors_path.exists():
+            return
+        with self.errors_path.open("rb+") as fh:
+            for _ in range(lines):
+                if not fh.readline():
+                    break
+            fh.truncate(fh.tell())
+
+    def _append_errors(self, errors: Sequence[dict[str, Any]]) -> None:
+        import orjson
+
+        data = b"".join(orjson.dumps(e, default=str) + b"\n" for e in errors)
+        try:
+            with self.errors_path.open("ab") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise write_failed(self.dir, exc) from None
+
     def save(self, checkpoint: Checkpoint) -> None:
         try:
             _atomic_write(self.checkpoint_path, checkpoint.to_json())
         except OSError as exc:
             raise write_failed(self.dir, exc) from None
 
-    def write_shard(self, checkpoint: Checkpoint, table: Any, digest: str | None = None) -> Shard:
+    def write_shard(
+        self,
+        checkpoint: Checkpoint,
+        table: Any,
+        digest: str | None = None,
+        errors: Sequence[dict[str, Any]] = (),
+    ) -> Shard:
         """Publish ``table`` as the next shard, then record it (with the ``digest`` of its
         input rows): the order that makes a kill between the two leave only a file the next
-        run deletes."""
+        run deletes. ``errors``: the dead letters of the shard's refused rows, appended
+        first (the shard covers ``table``'s rows and theirs)."""
         import pyarrow.parquet as pq
 
         shard = Shard(
-            shard_name(len(checkpoint.shards)), checkpoint.rows_done, table.num_rows, digest
+            shard_name(len(checkpoint.shards)),
+            checkpoint.rows_done,
+            table.num_rows + len(errors),
+            digest,
+            len(errors),
         )
+        if errors:
+            self._append_errors(errors)
         path = self.dir / shard.name
         tmp = path.with_name(path.name + TEMP_SUFFIX)
         try:
@@ -224,6 +276,11 @@ def embedding_array(output: Output, values: Sequence[Any]) -> Any:
 def shard_table(ids: Sequence[Any], output: Output, values: Sequence[Any], id_type: Any) -> Any:
     """The (id, embedding) table of one shard; ids cast to the job's id type, so every shard
     of a dataset has one schema."""
+    return rows_table(ids, embedding_array(output, values), id_type)
+
+
+def rows_table(ids: Sequence[Any], embeddings: Any, id_type: Any) -> Any:
+    """``shard_table`` of embeddings already an Arrow column (as Ray workers return them)."""
     import pyarrow as pa
 
     try:
@@ -234,7 +291,7 @@ def shard_table(ids: Sequence[Any], output: Output, values: Sequence[Any], id_ty
         raise BadRequest(
             f"ids must all have one type ({id_type}, from the first rows): {exc}"
         ) from None
-    return pa.table({"id": id_array, "embedding": embedding_array(output, values)})
+    return pa.table({"id": id_array, "embedding": embeddings})
 
 
 def id_type_of(ids: Sequence[Any]) -> Any:
