@@ -81,8 +81,9 @@ def cache_server(
     """`ember serve` with the embedding cache on, for the cache and request-id tests: MiniLM
     twice under two names (the same files: only the name tells them apart), a SPLADE and a
     ColBERT, on torch; an API key, debug logs (uvicorn's access line per request), and a
-    queue of two inputs on ``minilm-b`` so a three-input request gets 429. Beside the API
-    key, a keys file with one key (``MINILM_B_KEY``) that may use ``minilm-b`` only."""
+    queue of two inputs on ``minilm-b`` so a three-input request gets 413 (more than it can
+    ever take). Beside the API key, a keys file with one key (``MINILM_B_KEY``) that may
+    use ``minilm-b`` only."""
     from ember.api.keys import hash_key
     from tests.fixtures.retrieval_models import build_tiny_colbert, build_tiny_splade
 

@@ -58,14 +58,15 @@ def test_a_new_id_where_none_or_an_unsafe_one_was_sent(server: ServerProcess) ->
     assert len(set(ids)) == 4 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
 
 
-def test_429_and_its_log_line_carry_the_id(cache_server: ServerProcess) -> None:
-    """minilm-b queues two inputs at most: three get 429 at once. The server logs at debug,
-    where uvicorn writes one access line per request, made in the request's own task."""
+def test_a_refusal_and_its_log_line_carry_the_id(cache_server: ServerProcess) -> None:
+    """minilm-b queues two inputs at most: three are more than it can ever take, refused at
+    once with 413. The server logs at debug, where uvicorn writes one access line per
+    request, made in the request's own task."""
     request_id = f"failing-{time.monotonic_ns()}"
     body = {"model": "minilm-b", "input": ["one 429", "two 429", "three 429"]}
     with cache_server.client() as client:
         response = client.post("/v1/embeddings", json=body, headers=with_id(request_id))
-    assert response.status_code == 429, response.text
+    assert response.status_code == 413, response.text
     assert response.headers["x-request-id"] == request_id
     deadline = time.monotonic() + 10
     lines: list[str] = []
@@ -75,5 +76,5 @@ def test_429_and_its_log_line_carry_the_id(cache_server: ServerProcess) -> None:
     assert len(lines) == 1, lines
     assert (
         f"[request_id={request_id}]" in lines[0]
-        and '"POST /v1/embeddings HTTP/1.1" 429' in (lines[0])
+        and '"POST /v1/embeddings HTTP/1.1" 413' in (lines[0])
     )
