@@ -178,6 +178,19 @@ def job_identity(
     }
 
 
+def open_run(spec: ModelSpec, source: InputSpec, output: str, options: JobOptions) -> JobRun:
+    """The run over ``options.output`` for this job, as in-process and Ray open it: the
+    same identity and shard size, so either resumes the other's output."""
+    return JobRun(
+        source,
+        options.output,
+        job_identity(spec, source, output, options),
+        shard_rows=options.shard_rows,
+        overwrite=options.overwrite,
+        progress=options.progress,
+    )
+
+
 def choose_output(engine: Engine, wanted: Output | None) -> Output:
     """The embedding to compute: the one asked for, if the model has it, else its own."""
     return output_of(engine.family, engine.name, wanted)
@@ -215,14 +228,7 @@ async def _embed_held(engine: Engine, source: InputSpec, options: JobOptions) ->
     # size) fails the job here, not every row into the dead-letter file.
     probe = await engine.embed(["ember"], output=output, **embed_options)
     empty = embedding_array(output, probe.outputs)[:0]  # a shard whose rows are all refused
-    run = JobRun(
-        source,
-        options.output,
-        job_identity(engine.spec, source, output, options),
-        shard_rows=options.shard_rows,
-        overwrite=options.overwrite,
-        progress=options.progress,
-    )
+    run = open_run(engine.spec, source, output, options)
     if run.finished:
         return run.finish()
     try:

@@ -35,7 +35,7 @@ from ember.config import ServerSettings
 from ember.errors import ConfigError, EmberError
 from ember.jobs.inputs import InputSpec
 from ember.jobs.lock import hold_output
-from ember.jobs.runner import JobOptions, _check_rows, job_identity, job_settings, output_of
+from ember.jobs.runner import JobOptions, _check_rows, job_settings, open_run, output_of
 from ember.jobs.writer import JobRun, JobSummary
 from ember.ray.embedder import Embedder, default_workers
 
@@ -109,14 +109,7 @@ def embed_on_ray(
         model = resolve_model(spec)  # the model's files and family: no weights loaded
         output = output_of(model.family, model.served_name, options.output_kind)
         _check_options(model, output, options)
-        run = JobRun(
-            source,
-            options.output,
-            job_identity(spec, source, output, options),
-            shard_rows=options.shard_rows,
-            overwrite=options.overwrite,
-            progress=options.progress,
-        )
+        run = open_run(spec, source, output, options)
         if run.finished:
             return run.finish()
         try:
