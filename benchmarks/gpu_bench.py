@@ -160,7 +160,7 @@ def sync(device: str) -> None:
 
 def load(model_dir: Path, path: str, device: str, cache: Path) -> Backend:
     from ember.backends import load_backend
-    from ember.models.resolve import resolve_model
+    from ember.families.resolve import resolve_model
     from ember.models.spec import ModelSpec
 
     backend, dtype = path.split(":")

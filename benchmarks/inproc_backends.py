@@ -33,8 +33,9 @@ from benchmarks.corpus import make_sentences  # noqa: E402
 from ember.backends import load_backend  # noqa: E402
 from ember.backends.base import Backend  # noqa: E402
 from ember.batch import TokenBatch  # noqa: E402
+from ember.families.resolve import resolve_model  # noqa: E402
 from ember.heads.dense import DenseHead  # noqa: E402
-from ember.models.resolve import default_model_path, resolve_model  # noqa: E402
+from ember.models.resolve import default_model_path  # noqa: E402
 from ember.models.spec import ModelSpec, ResolvedModel  # noqa: E402
 from ember.processors.text import TextTokenizer, collate  # noqa: E402
 

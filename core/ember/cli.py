@@ -255,7 +255,7 @@ def export(settings: ServerSettings, output: str) -> int:
     from tqdm import tqdm
 
     from ember.backends.registry import exporter_module
-    from ember.models.resolve import resolve_model
+    from ember.families.resolve import resolve_model
 
     module = exporter_module((settings.backend or "").strip().lower())
     specs = settings.model_specs()  # the checks serve makes

@@ -34,6 +34,7 @@ from ember.defaults import (
     NEURON_BUCKETS,
 )
 from ember.errors import ConfigError
+from ember.families import INSTRUCTIONS
 from ember.models.spec import (
     FORWARD_NICE,
     MAX_BATCH_SIZE,
@@ -119,10 +120,8 @@ class ServerSettings(BaseSettings):
         str(MAX_QUEUE_SIZE),
     )
     instruction: str | None = _per_model(
-        "An LLM reranker's instruction (Qwen3-Reranker's `<Instruct>`, mxbai-rerank-v2's "
-        "instruction line, bge-reranker-v2-gemma's prompt, an LLM CrossEncoder's system "
-        "prompt); auto is its card's (its saved default prompt). A request's `instruction` "
-        "replaces it.",
+        f"An LLM reranker's instruction ({INSTRUCTIONS}); auto is its card's (its saved "
+        "default prompt). A request's `instruction` replaces it.",
         "auto",
     )
     request_timeout: float = Field(

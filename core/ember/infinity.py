@@ -243,7 +243,7 @@ class AsyncEmbeddingEngine:
         if self._engine.model is not None:
             return set(self._engine.family.capabilities)
         if self._kind is None:
-            from ember.models.resolve import resolve_model
+            from ember.families.resolve import resolve_model
 
             self._kind = resolve_model(self._spec).family
         assert self._kind is not None

@@ -16,7 +16,7 @@ import pytest
 from ember.backends import ct2_backend
 from ember.backends.choice import choose_backend
 from ember.errors import ConfigError
-from ember.models.resolve import resolve_model
+from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec
 from tests.fixtures.tiny_models import build_tiny_decoder_embedder
 from tests.support import refused_start

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from ember.errors import ConfigError
-from ember.models.resolve import resolve_model
+from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec
 from tests.fixtures.llm_rerankers import build_st_causal_cross_encoders, scores_by_index
 from tests.support import ServerProcess, refused_start, start_server

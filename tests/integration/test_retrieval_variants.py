@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ember.engine import SyncEngineArray
-from ember.models.resolve import resolve_model
+from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec
 from tests.fixtures import references as ref
 from tests.fixtures import retrieval_models as rm

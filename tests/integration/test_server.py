@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from ember.backends import choice
-from ember.models.resolve import resolve_model
+from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec
 from tests.conftest import API_KEY
 from tests.support import ServerProcess

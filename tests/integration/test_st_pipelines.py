@@ -189,7 +189,7 @@ def test_export_keeps_the_pipeline(
     """An export directory resolves to the same pipeline (modes in order, prompt left out,
     Dense layers with their weights, Normalize) and serves the same vectors."""
     from ember.cli import main
-    from ember.models.resolve import resolve_model
+    from ember.families.resolve import resolve_model
     from ember.models.spec import ModelSpec
 
     for name in ("all-modes", "gemma"):

@@ -22,7 +22,7 @@ import pytest
 
 from ember.engine import SyncEngineArray
 from ember.errors import ConfigError
-from ember.models.resolve import resolve_model
+from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec
 from tests.fixtures import static_models as sm
 from tests.support import ServerProcess, refused_start, start_server

@@ -147,7 +147,7 @@ def test_colbert_decode_is_its_tokenizers(tmp_path) -> None:
     ordinary added tokens, so they stay in the text)."""
     from transformers import AutoTokenizer
 
-    from ember.models.resolve import resolve_model
+    from ember.families.resolve import resolve_model
     from ember.models.spec import ModelSpec
     from ember.processors import build_processor
     from tests.fixtures.retrieval_models import build_tiny_colbert

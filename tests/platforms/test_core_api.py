@@ -13,7 +13,7 @@ import pytest
 
 from ember.backends import artifacts
 from ember.errors import ConfigError
-from ember.models.resolve import resolve_model
+from ember.families.resolve import resolve_model
 from ember.models.spec import ResolvedModel
 from ember.platform import (
     create_app,
@@ -115,7 +115,7 @@ async def test_preloaded_weights_are_taken_not_loaded_again(
 
     from ember.backends import torch_backend
     from ember.engine import EngineArray
-    from ember.models.resolve import resolve_model
+    from ember.families.resolve import resolve_model
 
     settings = settings_from_env(model_id=str(minilm_path), backend="torch")
     (spec,) = settings.model_specs()

@@ -14,7 +14,7 @@ import pytest
 
 from ember.backends import choice, load_backend
 from ember.config import ServerSettings
-from ember.models.resolve import resolve_model
+from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec, ResolvedModel
 
 

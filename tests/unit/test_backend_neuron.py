@@ -27,6 +27,7 @@ from ember.backends import neuron_export as ne
 from ember.batch import TokenBatch
 from ember.config import settings_from_env
 from ember.errors import ConfigError, MissingDependency
+from ember.families import for_task
 from ember.models.spec import ModelSpec, ResolvedModel
 
 BATCH = 4
@@ -124,6 +125,7 @@ def resolved(path: Path, **overrides: Any) -> ResolvedModel:
         "max_length": 256,
         "pooling": "mean",
         "normalize": True,
+        "family": for_task("embed"),
         "config": config,
     }
     values.update(overrides)

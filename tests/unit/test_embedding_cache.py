@@ -22,6 +22,7 @@ from ember.engine.cache import (
     model_identity,
 )
 from ember.engine.result import Result, Timings
+from ember.families import for_task
 from ember.heads.sparse import SparseVector
 from ember.metrics import Metrics
 from ember.models.spec import ModelSpec, ResolvedModel
@@ -191,6 +192,7 @@ def _model(directory: Path, name: str = "m") -> ResolvedModel:
         max_length=16,
         pooling="mean",
         normalize=True,
+        family=for_task("embed"),
     )
 
 

@@ -50,8 +50,8 @@ def test_invocations_route_by_what_the_model_serves(caps: set, body: dict, route
 
 def test_a_residual_colbert_dense_is_refused(tmp_path: Path) -> None:
     from ember.errors import ConfigError
+    from ember.families.resolve import resolve_model
     from ember.heads.build import build_heads
-    from ember.models.resolve import resolve_model
     from ember.models.spec import ModelSpec
     from tests.fixtures.retrieval_models import build_tiny_colbert
 

@@ -12,7 +12,7 @@ import pytest
 
 from ember.backends import isolated
 from ember.errors import BackendFailure, ConfigError
-from ember.models.resolve import resolve_model
+from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec
 
 
@@ -72,7 +72,7 @@ _FIRST_LOAD = """
 import json, sys
 from ember.backends import load_backend
 from ember.config import settings_from_env
-from ember.models.resolve import resolve_model
+from ember.families.resolve import resolve_model
 
 (spec,) = settings_from_env(backend=sys.argv[1], device="cpu").model_specs()  # EMBER_CACHE_DIR
 backend = load_backend(resolve_model(spec))

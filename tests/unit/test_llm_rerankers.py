@@ -17,8 +17,8 @@ from ember.backends.choice import choose_backend
 from ember.backends.neuron_export import compile_options
 from ember.errors import BadRequest, ConfigError
 from ember.families import by_name
-from ember.models.llm_rerankers import TEMPLATES, answer_token_ids
-from ember.models.resolve import resolve_model
+from ember.families.llm_reranker.templates import TEMPLATES, LlmReranker, answer_token_ids
+from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec
 from ember.processors import build_processor
 from tests.fixtures.llm_rerankers import (
@@ -64,11 +64,13 @@ def test_each_family_is_detected_with_its_answer_tokens(
 
     model = resolve_model(ModelSpec(str(models[family])))
     assert model.family is by_name("llm-reranker") and model.task == "rerank"
-    assert model.llm is not None and model.llm.template.name == FAMILY_NAMES[family]
+    assert (
+        isinstance(model.facts, LlmReranker) and model.facts.template.name == FAMILY_NAMES[family]
+    )
     assert model.family.capabilities == ["rerank"]
     tok = AutoTokenizer.from_pretrained(str(models[family]))
     want = [tok.convert_tokens_to_ids(t) for t in ANSWERS[family] if t is not None]
-    assert list(model.llm.token_ids) == want
+    assert list(model.facts.token_ids) == want
 
 
 @pytest.mark.parametrize("family", ["qwen3", "mxbai", "gemma"])
@@ -123,7 +125,7 @@ def test_a_hub_cache_path_names_the_family(models: dict[str, Path], tmp_path: Pa
     snapshot = tmp_path / "models--Qwen--Qwen3-Reranker-4B" / "snapshots" / "0123abcd"
     shutil.copytree(models["qwen3"], snapshot)
     model = resolve_model(ModelSpec(str(snapshot)))
-    assert model.llm is not None and model.llm.template.name == "qwen3-reranker"
+    assert isinstance(model.facts, LlmReranker) and model.facts.template.name == "qwen3-reranker"
 
 
 def test_an_unnamed_causal_lm_is_refused_with_both_ways_to_serve_it(
@@ -139,14 +141,14 @@ def test_an_unnamed_causal_lm_is_refused_with_both_ways_to_serve_it(
         "with it"
     )
     ranked = resolve_model(ModelSpec(str(path), task="rerank"))
-    assert ranked.llm is not None and ranked.llm.template.name == "qwen3-reranker"
+    assert isinstance(ranked.facts, LlmReranker) and ranked.facts.template.name == "qwen3-reranker"
     embedder = resolve_model(ModelSpec(str(path), pooling="last"))
-    assert embedder.family is by_name("dense") and embedder.llm is None
+    assert embedder.family is by_name("dense") and not isinstance(embedder.facts, LlmReranker)
 
 
 def test_a_named_reranker_embeds_when_asked(models: dict[str, Path]) -> None:
     model = resolve_model(ModelSpec(str(models["mxbai"]), pooling="last"))
-    assert model.family is by_name("dense") and model.llm is None
+    assert model.family is by_name("dense") and not isinstance(model.facts, LlmReranker)
     with pytest.raises(ConfigError, match="pass --pooling cls"):
         resolve_model(ModelSpec(str(models["gemma"]), task="embed"))
 
@@ -157,7 +159,7 @@ def test_a_decoder_embedder_with_a_pooling_config_stays_one(tmp_path: Path) -> N
     config = json.loads((path / "config.json").read_text())
     (path / "config.json").write_text(json.dumps({**config, "architectures": ["Qwen3ForCausalLM"]}))
     model = resolve_model(ModelSpec(str(path)))
-    assert model.family is by_name("dense") and model.llm is None
+    assert model.family is by_name("dense") and not isinstance(model.facts, LlmReranker)
 
 
 def test_task_rerank_on_a_causal_lm_without_a_template_is_refused(

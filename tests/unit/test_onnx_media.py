@@ -16,7 +16,7 @@ from ember.backends.choice import Choice, choose_backend
 from ember.backends.onnx_media_export import TOWER_FILES, media_plan
 from ember.batch import EMBEDDINGS, FeatureBatch
 from ember.errors import ConfigError
-from ember.models.resolve import resolve_model
+from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec, ResolvedModel
 from tests.fixtures.media_models import build_tiny_clap, build_tiny_clip
 

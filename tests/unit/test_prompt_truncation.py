@@ -10,7 +10,7 @@ import pytest
 from ember.batch import Tokens
 from ember.engine.text_inputs import _skip_prompt
 from ember.errors import BadRequest
-from ember.models.resolve import resolve_model
+from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec
 from ember.processors.text import TextTokenizer
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from ember.errors import BadRequest
-from ember.models.resolve import resolve_model
+from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec
 from ember.processors.cut import GROWTH, TextCut
 from ember.processors.media import MediaProcessor, build_media_processor

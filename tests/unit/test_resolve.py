@@ -10,8 +10,8 @@ import pytest
 
 from ember.defaults import DEFAULT_MODEL_NAME
 from ember.errors import ConfigError
+from ember.families.resolve import resolve_model
 from ember.models.facts import detect_task
-from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ember.errors import ConfigError
-from ember.models.resolve import resolve_model
+from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec
 
 ST6 = "sentence_transformers."

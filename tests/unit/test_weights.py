@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from ember.errors import ConfigError
+from ember.families.resolve import resolve_model
 from ember.heads.build import load_mlm_head
-from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec
 from ember.models.weights import checkpoint_files, read_checkpoint
 from tests.fixtures import references as ref

@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
+from ember.families import INSTRUCTIONS
+
 NonEmptyText = Annotated[str, Field(min_length=1)]
 # true or false only: pydantic's lax bool would take 0, 1, "yes" or "off" for a flag.
 StrictBool = Annotated[bool, Strict()]
@@ -84,10 +86,8 @@ class MediaEmbeddingsRequest(_Body):
 
 
 INSTRUCTION = (
-    "An LLM reranker's instruction for this request (Qwen3-Reranker's `<Instruct>`, "
-    "mxbai-rerank-v2's instruction line, bge-reranker-v2-gemma's prompt, an LLM "
-    "CrossEncoder's system prompt), in place of the model's (--instruction, else its "
-    "card's); 400 for other models."
+    f"An LLM reranker's instruction for this request ({INSTRUCTIONS}), in place of the "
+    "model's (--instruction, else its card's); 400 for other models."
 )
 
 

@@ -179,9 +179,9 @@ class CompileOptions:
 def compile_options(model: ResolvedModel) -> CompileOptions:
     """The spec's neuron settings, checked against the model (a spec built without
     settings gets the settings' defaults)."""
-    if model.llm is not None:
+    if model.facts.answer_tokens:
         raise ConfigError(
-            f"model {model.served_name!r} is an LLM reranker ({model.llm.name}, "
+            f"model {model.served_name!r} is an LLM reranker ({model.facts.network_name}, "
             f"{model.architecture}): the neuron backend compiles encoders and sequence "
             "classifiers; use --backend torch or onnx"
         )

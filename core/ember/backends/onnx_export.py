@@ -146,9 +146,9 @@ def build_options(model: ResolvedModel, plan: Plan) -> dict[str, Any]:
         "dtype": plan.dtype,
         "gpu": plan.device == "cuda",
         "int8": int8_scheme(plan.int8_weights) if plan.dtype == "int8" else None,
-        # an LLM reranker's graph ends in its answer tokens' rows of the LM head (only
-        # there, so no other model's cache key changes)
-        **({"rows": list(model.llm.token_ids)} if model.llm else {}),
+        # an answer-token network's graph ends in those rows of the LM head (only there,
+        # so no other model's cache key changes)
+        **({"rows": list(rows)} if (rows := model.facts.answer_tokens) else {}),
         "versions": artifacts.package_versions(
             ["torch", "transformers", "onnx", "onnxruntime", "onnxruntime-gpu"]
         ),
@@ -196,10 +196,10 @@ def _export_net(model: ResolvedModel) -> Any:
         net = auto.from_pretrained(
             str(model.path), dtype=torch.float32, trust_remote_code=model.spec.trust_remote_code
         )
-    if model.llm is not None:  # an LLM reranker: the graph's logits are its answer tokens'
+    if rows := model.facts.answer_tokens:  # the graph's logits are its answer tokens'
         from ember.backends.torch_causal import AnswerTokenScorer
 
-        net = AnswerTokenScorer(net, model.llm.token_ids)
+        net = AnswerTokenScorer(net, rows)
     return net.eval()
 
 

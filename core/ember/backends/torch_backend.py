@@ -77,10 +77,10 @@ def load_net(model: ResolvedModel, dtype: torch.dtype, attention: str) -> Any:
         net = auto.from_pretrained(
             str(model.path), dtype=dtype, trust_remote_code=model.spec.trust_remote_code
         )
-    if model.llm is not None:  # an LLM reranker: the decoder and its answer tokens' rows
+    if rows := model.facts.answer_tokens:  # the decoder and its answer tokens' rows
         from ember.backends.torch_causal import AnswerTokenScorer
 
-        return AnswerTokenScorer(net, model.llm.token_ids)
+        return AnswerTokenScorer(net, rows)
     return net
 
 

@@ -31,13 +31,13 @@ from ember.engine.start_failure import start_failure
 from ember.engine.text_inputs import TextInputs
 from ember.errors import BadRequest, ConfigError, EmberError, NotReady, RequestTimeout
 from ember.families.base import Family
+from ember.families.resolve import resolve_model
 from ember.heads import postprocess
 from ember.heads.base import Head
 from ember.heads.build import build_heads
 from ember.heads.scores import maxsim
 from ember.media.budget import MediaBudget
 from ember.metrics import Metrics
-from ember.models.resolve import resolve_model
 from ember.models.score_activation import RerankScale, served_activation
 from ember.models.spec import ModelSpec, ResolvedModel
 from ember.processors import TextProcessor, build_processor

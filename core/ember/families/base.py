@@ -1,10 +1,12 @@
 """What a model family is: the one place that says how a kind of model is detected,
 what it is (its facts), and what processes, heads, scores and runs it.
 
-A family is a ``Family`` row declared in its own module of this package and listed once
-in ``ember.families.FAMILIES``; the resolver, the engine, the API, ``/v1/models``, backend
-choice, export and the errors read the row, and no module outside this package names a
-family (tests/unit/test_families.py checks it).
+A family is a ``Family`` row declared in its own module or package of this package and
+listed once in ``ember.families.FAMILIES``; the resolver, the engine, the API,
+``/v1/models``, backend choice, export and the errors read the row (and a model's
+``facts``), and no module outside this package names a family
+(tests/unit/test_families.py checks it). Rows pickle by name (``ember.families``
+registers how).
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ class ModelFiles:
     root: Path
     served_name: str
     modules: StModules
+    # Resolves a pipeline inside this model (a Router's route) as a model of its own:
+    # (its directory, its modules as (type, directory) pairs, the file that lists them,
+    # its served name) -> the model its family resolves (ember.families.resolve).
+    resolve_part: Callable[[Path, list[tuple[str, Path]], Path, str], ResolvedModel]
 
     @cached_property
     def config(self) -> dict:
@@ -139,24 +145,26 @@ class Family:
     exportable: bool = True
     # What its inputs may hold; every family reads text, media ones images or audio too.
     modalities: tuple[Modality, ...] = ("text",)
-    # Whether a rerank request may carry an ``instruction`` (an LLM reranker's prompt).
-    instructed: bool = False
+    # What a rerank request's ``instruction`` is for this family, in its own words (an LLM
+    # reranker's prompt; --help and the API docs list them); None: it takes none.
+    instruction: str | None = None
     # A sentence-transformers Transformer + Pooling (+ Dense, Normalize) pipeline: its Dense
     # layers belong to the dense head, and an export writes the pipeline's files.
     st_pipeline: bool = False
     routable: bool = False  # may be a route of a sentence-transformers Router
     media: MediaFacts | None = None
     table: TableFacts | None = None
+    # A sentence-transformers module after the Transformer that the family reads its score
+    # from (its type's name, and what the family calls such a model, for refusals).
+    score_module: tuple[str, str] | None = None
 
     def __repr__(self) -> str:
         return f"Family({self.name!r})"
 
-    def __reduce__(self) -> tuple[Any, tuple[str]]:
-        """Pickled by name (its hooks are functions): a model crosses to an isolated build
-        child (ember.backends.isolated) as the same registry row."""
-        from ember.families import by_name
-
-        return by_name, (self.name,)
+    @property
+    def instructed(self) -> bool:
+        """Whether a rerank request may carry an ``instruction``."""
+        return self.instruction is not None
 
     @property
     def only_backend(self) -> str | None:

@@ -4,15 +4,27 @@ Identity) unless ``raw_scores``."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ember.families.base import Family, ModelFiles, lazy, plain
+from ember.models.spec import Facts, ScoreActivation
 
 if TYPE_CHECKING:
     from ember.capabilities import Output
     from ember.heads.base import Head
     from ember.models.spec import ResolvedModel
+
+
+@dataclass(frozen=True)
+class CrossEncoderFacts(Facts):
+    """The family's facts: the activation_fn its CrossEncoder was saved with."""
+
+    activation: ScoreActivation
+
+    @property
+    def rerank_activation(self) -> ScoreActivation:
+        return self.activation
 
 
 def resolve(files: ModelFiles, family: Family) -> ResolvedModel:
@@ -24,7 +36,7 @@ def resolve(files: ModelFiles, family: Family) -> ResolvedModel:
     if model.task != "rerank":  # --task classify or embed on a one-label classifier
         return model
     activation = saved_activation(files.root, files.config, files.spec.trust_remote_code)
-    return replace(model, rerank_activation=activation)
+    return replace(model, facts=CrossEncoderFacts(activation))
 
 
 def logits_heads(model: ResolvedModel) -> dict[Output, Head]:

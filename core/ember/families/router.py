@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ember.errors import ConfigError
 from ember.families.base import Family, ModelFiles
 from ember.models.spec import ResolvedModel, Routes
-from ember.models.st_files import ROUTER, TABLE_MODULES, read_json, st_pipeline, st_prompts
+from ember.models.st_files import ROUTER, TABLE_MODULES, read_json, st_prompts
 
 if TYPE_CHECKING:
     from ember.capabilities import Output
@@ -42,8 +42,6 @@ def resolve(files: ModelFiles, family: Family) -> ResolvedModel:
     """sentence-transformers' Router: each route resolved as a model of its own; a query
     takes the route Router._resolve_route gives task "query" for text, a document the
     one for "document", an input marked as neither the one for no task (its default)."""
-    from ember.models.resolve import resolve_files
-
     spec, root, served_name, modules = files.spec, files.root, files.served_name, files.modules
     directory = modules.transformer_dir
     path = directory / "router_config.json"
@@ -64,8 +62,9 @@ def resolve(files: ModelFiles, family: Family) -> ResolvedModel:
                 "start with a Transformer, StaticEmbedding or SparseStaticEmbedding"
             )
         entries = [(str(types[i]), directory / i) for i in ids]
-        sub = st_pipeline(directory / ids[0], entries, path)
-        routes[route] = resolve_files(spec, directory / ids[0], f"{served_name}[{route}]", sub)
+        routes[route] = files.resolve_part(
+            directory / ids[0], entries, path, f"{served_name}[{route}]"
+        )
     outputs = {r: m.family.embedding for r, m in routes.items()}
     for route, m in routes.items():
         if m.task != "embed" or not m.family.routable:

@@ -1,10 +1,6 @@
-"""Model id (hub id or local dir) -> files on disk -> a ``ResolvedModel``.
-
-Everything the serving path needs to know about a model is read from the model's own
-files: here where they are, then by the family they name (``ember.families``: detection
-and facts), from ``config.json`` and the sentence-transformers files. Nothing is guessed
-silently.
-"""
+"""Model id (hub id or local dir) -> files on disk: where a model's files are, fetched
+from the hub when allowed. What they are is read by the family they name
+(``ember.families.resolve``)."""
 
 from __future__ import annotations
 
@@ -15,8 +11,7 @@ from pathlib import Path
 
 from ember.defaults import DEFAULT_MODEL_NAME
 from ember.errors import ConfigError
-from ember.models.spec import ModelSpec, ResolvedModel
-from ember.models.st_files import StModules, st_modules
+from ember.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -110,20 +105,3 @@ def _download(repo_id: str, revision: str | None) -> Path:
     except Exception as exc:  # hub errors come in many classes; the message is what matters
         hint = " (HF_HUB_OFFLINE is set: only the local cache is used)" if offline else ""
         raise ConfigError(f"could not fetch model {repo_id!r}{hint}: {exc}") from exc
-
-
-def resolve_model(spec: ModelSpec) -> ResolvedModel:
-    root, served_name = locate(spec)
-    return resolve_files(spec, root, served_name, st_modules(root))
-
-
-def resolve_files(
-    spec: ModelSpec, root: Path, served_name: str, modules: StModules
-) -> ResolvedModel:
-    """A model directory (or a Router route's pipeline) as the family its files name
-    resolves it (``ember.families``)."""
-    from ember.families import ModelFiles, detect
-
-    files = ModelFiles(spec, root, served_name, modules)
-    family = detect(files)
-    return family.resolve(files, family)

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Literal
 
 from ember.errors import ConfigError
+from ember.models.spec import ScoreActivation
 from ember.models.st_files import read_json
 
 log = logging.getLogger(__name__)
 
-ScoreActivation = Literal["sigmoid", "none"]
 # Whose scale a rerank answers in: "saved" is CrossEncoder.predict's (the files'
 # activation_fn; vLLM's /score, Ember's own embedded API), "probability" is the rerank
 # dialects' (Cohere documents relevance_score in [0, 1]; TEI and Infinity answer

@@ -10,14 +10,15 @@ if TYPE_CHECKING:
     from ember.capabilities import Backbone
     from ember.families.base import Family
     from ember.media.limits import MediaLimits
-    from ember.models.llm_rerankers import LlmReranker
-    from ember.models.logit_score import ChatReranker
 
 Task = Literal["embed", "rerank", "classify"]
 # What turns a classifier's logits into label scores (transformers' text-classification
 # pipeline: softmax over labels, sigmoid per label, or the raw values of a regression).
 Activation = Literal["softmax", "sigmoid", "none"]
 SparseActivation = Literal["relu", "log1p_relu"]
+# What a reranker's relevance_score is of its logit: sigmoid, or the logit itself (a
+# CrossEncoder saved with activation_fn Identity).
+ScoreActivation = Literal["sigmoid", "none"]
 # sentence-transformers' Pooling modes (``last`` is its ``lasttoken``, ``mean_sqrt_len`` its
 # ``mean_sqrt_len_tokens``); POOLINGS are the ones ``--pooling`` offers.
 Pooling = Literal["cls", "mean", "last", "max", "mean_sqrt_len", "weightedmean"]
@@ -91,13 +92,40 @@ class Routes:
     default: str
 
 
+class Facts:
+    """A family's own facts: one typed value per model (``ResolvedModel.facts``), a
+    subclass declared in the family's package (``ember.families.<name>``). What shared
+    machinery may ask of any model's facts is declared here, with the answer of a family
+    that has nothing to say; the base itself is the facts of a family with none."""
+
+    @property
+    def rerank_activation(self) -> ScoreActivation:
+        """What a reranker's relevance_score is of its logit (its saved activation_fn)."""
+        return "sigmoid"
+
+    @property
+    def answer_tokens(self) -> tuple[int, ...]:
+        """The network every runtime loads: the causal LM scored by only these rows of its
+        LM head at each input's last real position (ember.backends.torch_causal); empty:
+        the network as it is."""
+        return ()
+
+    @property
+    def network_name(self) -> str:
+        """What the answer-token network is, for a runtime that refuses one."""
+        return ""
+
+
+NO_FACTS = Facts()
+
+
 @dataclass(frozen=True)
 class ResolvedModel:
     """A model's files on disk plus everything read from them; input to a backend.
 
     ``path`` is the transformer's directory (what a backend loads), ``root`` the model's
     own (where sentence-transformers and head files live). ``family`` is the model's
-    family (``ember.families``); left out, the plain one of ``task``.
+    family (``ember.families``), ``facts`` what only that family reads (its own type).
     """
 
     spec: ModelSpec
@@ -110,13 +138,13 @@ class ResolvedModel:
     max_length: int
     pooling: Pooling
     normalize: bool
+    family: Family
     num_labels: int = 0
     id2label: dict[int, str] = field(default_factory=dict)
     activation: Activation = "softmax"  # a classifier's, from config.json's problem_type
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     config: dict = field(default_factory=dict)
-    family: Family = None  # type: ignore[assignment]  # None: set from task below
     root: Path | None = None
     # The rest of a sentence-transformers pipeline between the transformer and Normalize:
     # every Pooling mode when it concatenates several (its order; empty: just ``pooling``),
@@ -132,24 +160,19 @@ class ResolvedModel:
     # A remote-code model's LoRA task adapters (jina-embeddings-v3's lora_adaptations): the
     # id its forward takes as adapter_mask, by task name, each also a prompt name.
     task_adapters: dict[str, int] = field(default_factory=dict)
-    # An LLM reranker's template, instruction and answer tokens (ember.models.llm_rerankers),
-    # or a causal-LM CrossEncoder's chat template and answer tokens (ember.models.logit_score).
-    llm: LlmReranker | ChatReranker | None = None
-    # What a reranker's relevance_score is of its logit: sigmoid, or the logit itself (a
-    # CrossEncoder saved with activation_fn Identity).
-    rerank_activation: Literal["sigmoid", "none"] = "sigmoid"
+    facts: Facts = NO_FACTS  # the family's own facts (ember.families.<name>)
 
     def __post_init__(self) -> None:
-        if self.family is None:
-            from ember.families import for_task
-
-            object.__setattr__(self, "family", for_task(self.task))
         if self.root is None:
             object.__setattr__(self, "root", self.path)
 
     @property
     def poolings(self) -> tuple[Pooling, ...]:
         return self.pooling_modes or (self.pooling,)
+
+    @property
+    def rerank_activation(self) -> ScoreActivation:
+        return self.facts.rerank_activation
 
     @property
     def backbone(self) -> Backbone:

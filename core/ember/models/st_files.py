@@ -5,6 +5,7 @@ into a ``ResolvedModel``."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,9 +47,9 @@ class StModules:
     sparse_activation: SparseActivation = "relu"  # SpladePooling's
     mlm: bool = False  # an MLMTransformer or SpladePooling: a SPLADE SparseEncoder
     pylate: bool = False  # PyLate's Dense: a ColBERT
-    # A CrossEncoder's LogitScore after a causal LM (sentence-transformers 6.2): its
-    # directory, holding its config.json (ember.models.logit_score reads it).
-    logit_score: Path | None = None
+    # A module that ends the pipeline with the score a family reads from its own files
+    # (one a family claims: ``Family.score_module``): its type's name and directory.
+    score: tuple[str, Path] | None = None
 
 
 # Module types by the last part of their class path (sentence_transformers.models.* in 5.x,
@@ -59,24 +60,42 @@ _COLBERT_MODULES = ("pylate.models.Dense", "pylate.models.Dense.Dense")
 TABLE_MODULES = ("StaticEmbedding", "SparseStaticEmbedding")
 ROUTER = "Router"
 _INPUT_MODULES = (*TABLE_MODULES, ROUTER)
-LOGIT_SCORE = "LogitScore"
+# What Ember serves of a pipeline without a family's score module, for the refusal.
+_SERVED = [
+    "Transformer + Pooling (+ Dense, Normalize) models",
+    "StaticEmbedding",
+    "Router",
+    "PyLate ColBERT",
+    "SPLADE SparseEncoder",
+]
 
 
-def st_modules(root: Path) -> StModules:
+def st_modules(root: Path, scorers: Mapping[str, str] | None = None) -> StModules:
+    """modules.json's pipeline; ``scorers``: the score modules families claim, by type
+    name, each with what the family calls such a model (the registry's
+    ``SCORE_MODULES``)."""
     modules = read_json(root / "modules.json")
     if not modules:
         return StModules(root)
     entries = [(str(m.get("type", "")), root / m.get("path", "")) for m in modules]
-    return st_pipeline(root, entries, root / "modules.json")
+    return st_pipeline(root, entries, root / "modules.json", scorers)
 
 
-def st_pipeline(root: Path, entries: list[tuple[str, Path]], where: Path) -> StModules:
+def st_pipeline(
+    root: Path,
+    entries: list[tuple[str, Path]],
+    where: Path,
+    scorers: Mapping[str, str] | None = None,
+) -> StModules:
     """One pipeline's modules in order (modules.json's, or a Router route's), each a
-    (type, directory) pair; ``where`` names the file that lists them, for errors."""
+    (type, directory) pair; ``where`` names the file that lists them, for errors. A
+    module in ``scorers`` must follow the Transformer and end the pipeline: its output
+    is the score."""
+    scorers = scorers or {}
     transformer_dir, pooling, normalize, start = root, None, False, None
     mlm = pylate = False
     dense: list[Path] = []
-    logit_score: Path | None = None
+    score: tuple[str, Path] | None = None
     activation: SparseActivation = "relu"
     for index, (full, mpath) in enumerate(entries):
         name = full.rsplit(".", 1)[-1]
@@ -84,19 +103,19 @@ def st_pipeline(root: Path, entries: list[tuple[str, Path]], where: Path) -> StM
             if index:
                 raise ConfigError(f"{where}: {name} must be the first module (it reads the text)")
             transformer_dir, start = mpath, name
-        elif logit_score is not None:
+        elif score is not None:
+            scorer = score[0]
             raise ConfigError(
-                f"{where}: a {name} module after LogitScore is not supported; Ember serves a "
-                "causal-LM CrossEncoder as Transformer + LogitScore, its score as LogitScore "
-                "leaves it"
+                f"{where}: a {name} module after {scorer} is not supported; Ember serves a "
+                f"{scorers[scorer]}, its score as {scorer} leaves it"
             )
-        elif name == LOGIT_SCORE:
+        elif name in scorers:
             if index != 1 or start is not None:
                 raise ConfigError(
-                    f"{where}: LogitScore must follow the Transformer directly (Ember serves "
-                    "Transformer + LogitScore)"
+                    f"{where}: {name} must follow the Transformer directly (Ember serves "
+                    f"Transformer + {name})"
                 )
-            logit_score = mpath
+            score = (name, mpath)
         elif start == ROUTER and name != "Normalize":
             raise ConfigError(
                 f"{where}: a {name} module after a Router is not supported; Ember serves a "
@@ -122,11 +141,10 @@ def st_pipeline(root: Path, entries: list[tuple[str, Path]], where: Path) -> StM
         elif name == "Normalize":
             normalize = True
         else:
+            *served, last = _SERVED + [f"{what} models" for what in scorers.values()]
             raise ConfigError(
                 f"sentence-transformers module {name!r} in {where} is not supported yet; "
-                "Ember serves Transformer + Pooling (+ Dense, Normalize) models, "
-                "StaticEmbedding, Router, PyLate ColBERT, SPLADE SparseEncoder and causal-LM "
-                "CrossEncoder (Transformer + LogitScore) models"
+                f"Ember serves {', '.join(served)} and {last}"
             )
     return StModules(
         transformer_dir,
@@ -137,7 +155,7 @@ def st_pipeline(root: Path, entries: list[tuple[str, Path]], where: Path) -> StM
         activation,
         mlm,
         pylate,
-        logit_score,
+        score,
     )
 
 

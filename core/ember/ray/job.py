@@ -101,7 +101,7 @@ def embed_on_ray(
     """Run the job on a Ray cluster (started here when none is named, stopped at the end).
     The summary's ``seconds`` include starting the cluster and the workers' model loading
     (in-process, loading is not in them)."""
-    from ember.models.resolve import resolve_model
+    from ember.families.resolve import resolve_model
 
     _check_rows(source)
     with hold_output(options.output):

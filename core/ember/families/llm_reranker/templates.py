@@ -4,7 +4,7 @@ answer tokens at the last position of a prompt template.
 Each template is one row of ``TEMPLATES``: its architecture, the answer tokens, the default
 instruction and length budget of the reference that documents it (the model card, or the
 model's own package), and what a model id that names it contains. The prompt each builds is
-in ``ember.processors.llm_rerank``; backends compute only the answer tokens' rows of the LM
+in ``prompt.py`` beside this; backends compute only the answer tokens' rows of the LM
 head (``ember.backends.torch_causal``), never the whole vocabulary (151,669 rows for
 Qwen3-Reranker, 256,000 for Gemma).
 
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ember.errors import ConfigError
+from ember.models.spec import Facts
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class LlmTemplate:
 
     The score logit is ``logit(positive) - logit(negative)`` (a softmax over the two is the
     sigmoid of it), or ``logit(positive)`` alone where there is no negative token.
-    ``max_length`` is the reference's default length budget (``ember.processors.llm_rerank``
+    ``max_length`` is the reference's default length budget (``prompt.py`` beside this
     says what it bounds in each template).
     """
 
@@ -97,10 +98,10 @@ TEMPLATES: tuple[LlmTemplate, ...] = (
 
 
 @dataclass(frozen=True)
-class LlmReranker:
-    """What serving one LLM reranker needs: its template, the instruction it is served with
-    (``--instruction``, else the template's), and the ids of its answer tokens (positive
-    first), the rows of the LM head the backends compute."""
+class LlmReranker(Facts):
+    """The family's facts: what serving one LLM reranker needs: its template, the
+    instruction it is served with (``--instruction``, else the template's), and the ids of
+    its answer tokens (positive first), the rows of the LM head every runtime computes."""
 
     template: LlmTemplate
     instruction: str | None
@@ -108,6 +109,14 @@ class LlmReranker:
 
     @property
     def name(self) -> str:
+        return self.template.name
+
+    @property
+    def answer_tokens(self) -> tuple[int, ...]:
+        return self.token_ids
+
+    @property
+    def network_name(self) -> str:
         return self.template.name
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from ember.batch import Tokens
 from ember.errors import BadRequest, ConfigError
-from ember.models.logit_score import ChatReranker
+from ember.families.llm_cross_encoder.layout import ChatReranker
 from ember.models.spec import ResolvedModel
 from ember.processors.text import TextTokenizer
 
@@ -44,7 +44,7 @@ class ChatRerankTokenizer(TextTokenizer):
 
     def __init__(self, model: ResolvedModel, max_length: int | None = None) -> None:
         super().__init__(model, max_length)
-        facts = model.llm
+        facts = model.facts
         assert isinstance(facts, ChatReranker)
         self.facts = facts
         self.cuts = facts.max_length is not None

@@ -5,9 +5,9 @@ chat template; the score is ``logit[true] - logit[false]`` at the last position 
 ``logit[true]`` alone), then the CrossEncoder's ``activation_fn``.
 
 Read here from the saved files and checked against what Ember reproduces exactly (the
-prompt in ``ember.processors.chat_rerank``, the two LM-head rows in
-``ember.backends.torch_causal``); anything else in the layout is refused at start with
-what and why, never served with a different score.
+prompt in ``prompt.py`` beside this, the two LM-head rows in ``ember.backends.torch_causal``);
+anything else in the layout is refused at start with what and why, never served with a
+different score.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ember.errors import ConfigError
-from ember.models.score_activation import ScoreActivation, saved_activation
+from ember.models.score_activation import saved_activation
+from ember.models.spec import Facts, ScoreActivation
 from ember.models.st_files import read_json
 
 log = logging.getLogger(__name__)
@@ -42,10 +43,11 @@ FAMILY = "a sentence-transformers causal-LM CrossEncoder (Transformer + LogitSco
 
 
 @dataclass(frozen=True)
-class ChatReranker:
-    """What serving a LogitScore CrossEncoder needs: its answer tokens' ids (true first; the
-    rows of the LM head the backends compute), the prompt it is served with (the saved
-    default prompt, ``--instruction``'s, or None), how its pairs are rendered and cut."""
+class ChatReranker(Facts):
+    """The family's facts: what serving a LogitScore CrossEncoder needs: its answer
+    tokens' ids (true first; the rows of the LM head every runtime computes), the prompt
+    it is served with (the saved default prompt, ``--instruction``'s, or None), how its
+    pairs are rendered and cut, and its saved activation."""
 
     token_ids: tuple[int, ...]
     prompt: str | None
@@ -58,6 +60,18 @@ class ChatReranker:
     restore_suffix: bool = True  # the template's tail written back over a cut prompt
     activation: ScoreActivation = "sigmoid"
     name: str = "sentence-transformers LogitScore"
+
+    @property
+    def rerank_activation(self) -> ScoreActivation:
+        return self.activation
+
+    @property
+    def answer_tokens(self) -> tuple[int, ...]:
+        return self.token_ids
+
+    @property
+    def network_name(self) -> str:
+        return self.name
 
 
 def _refuse(where: Path, what: str, why: str) -> ConfigError:

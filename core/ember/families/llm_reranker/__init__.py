@@ -1,7 +1,9 @@
 """LLM rerankers (Qwen3-Reranker, mxbai-rerank-v2, bge-reranker-v2-gemma): a causal LM with
 its prompt template around each pair, scored by its answer tokens' logits at the last
-position. The templates, instructions and answer tokens of each are
-``ember.models.llm_rerankers``; the template lives in Ember, so no `ember export`.
+position. The templates, instructions and answer tokens of each are ``templates.py`` (its
+facts, ``LlmReranker``), the prompt around each pair ``prompt.py``; the template lives in
+Ember, so no `ember export`. The answer-token head (``ember.heads.dense``) and network
+(``ember.backends.torch_causal``) are shared machinery, read from the facts.
 
 torch serves them under auto on every device: their prompts run to 8,192 tokens, and the
 exported graph's unfused attention holds a [heads, T, T] score matrix per layer where
@@ -14,7 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ember.families.base import Family, ModelFiles, lazy
-from ember.models import llm_rerankers
+from ember.families.llm_reranker import templates
 from ember.models.facts import max_length
 from ember.models.spec import ResolvedModel
 
@@ -23,13 +25,13 @@ if TYPE_CHECKING:
     from ember.heads.base import Head
 
 
-def _reranker(files: ModelFiles) -> llm_rerankers.LlmTemplate | None:
+def _reranker(files: ModelFiles) -> templates.LlmTemplate | None:
     if files.modules.start is not None:
         return None
     config = files.config
-    names = llm_rerankers.model_names(files.spec.model_id, files.root, config)
+    names = templates.model_names(files.spec.model_id, files.root, config)
     pooled = files.modules.pooling is not None or files.spec.pooling is not None
-    return llm_rerankers.detect(config, names, files.spec.task, pooled, files.served_name)
+    return templates.detect(config, names, files.spec.task, pooled, files.served_name)
 
 
 def resolve(files: ModelFiles, family: Family) -> ResolvedModel:
@@ -53,7 +55,7 @@ def resolve(files: ModelFiles, family: Family) -> ResolvedModel:
         config=config,
         family=family,
         root=files.root,
-        llm=llm_rerankers.llm_reranker(reranker, hf_dir, spec.instruction),
+        facts=templates.llm_reranker(reranker, hf_dir, spec.instruction),
     )
 
 
@@ -71,7 +73,7 @@ LLM_RERANKER = Family(
     detect=lambda files: _reranker(files) is not None,
     resolve=resolve,
     heads=heads,
-    processor=lazy("ember.processors.llm_rerank", "LlmRerankTokenizer"),
+    processor=lazy("ember.families.llm_reranker.prompt", "LlmRerankTokenizer"),
     detected_by="`Qwen3ForCausalLM`, `Qwen2ForCausalLM`, `GemmaForCausalLM` with no pooling "
     "config, named `…qwen3-reranker…`, `…mxbai-rerank…`, `…bge-reranker-v2-gemma…` (or "
     "`--task rerank`)",
@@ -81,5 +83,6 @@ LLM_RERANKER = Family(
     scoring="llm",
     task="rerank",
     exportable=False,
-    instructed=True,
+    instruction="Qwen3-Reranker's `<Instruct>`, mxbai-rerank-v2's instruction line, "
+    "bge-reranker-v2-gemma's prompt",
 )

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from ember.batch import Tokens
 from ember.errors import BadRequest
+from ember.families.llm_reranker.templates import LlmReranker
 from ember.models.spec import ResolvedModel
 from ember.processors.text import TextTokenizer, declared_token_ids
 
@@ -57,9 +58,10 @@ class LlmRerankTokenizer(TextTokenizer):
 
     def __init__(self, model: ResolvedModel, max_length: int | None = None) -> None:
         super().__init__(model, max_length)
-        assert model.llm is not None
-        self.template = model.llm.template
-        self.instruction = model.llm.instruction
+        facts = model.facts
+        assert isinstance(facts, LlmReranker)
+        self.template = facts.template
+        self.instruction = facts.instruction
         self.positions = self.max_length  # what the network takes
         layouts: dict[str, Callable[[str, list[str], str | None], list[Prompt]]] = {
             "qwen3-reranker": self._qwen3,

@@ -2,35 +2,45 @@
 (``CrossEncoder("Qwen/Qwen3-0.6B")``) and saves as modules.json's text-generation
 ``Transformer`` then ``LogitScore``: each pair rendered by the tokenizer's chat template as
 ``query``/``document`` messages, scored ``logit[true] - logit[false]`` at the last
-position (or ``logit[true]``), then its ``activation_fn``. What the layout says is read
-and checked in ``ember.models.logit_score``; the prompt is built in
-``ember.processors.chat_rerank``.
+position (or ``logit[true]``), then its ``activation_fn``.
 
-Its network is the LLM rerankers' (``ember.backends.torch_causal``: two rows of the LM
-head, not the vocabulary), so it runs where they do: torch under auto (their long-prompt
-reasoning, ``ember.families.llm_reranker``), onnx when asked; ct2 runs encoders."""
+Everything of the family is in this package: the row below (detection: the registry
+hands ``st_files`` this row's ``score_module``, so modules.json's LogitScore arrives as
+``files.modules.score``), its facts (``layout.ChatReranker``, read and checked from the
+files), its processor (``prompt.ChatRerankTokenizer``). Shared machinery it only uses: the
+answer-token head (``ember.heads.dense``) and the answer-token network every runtime loads
+when a model's facts name answer tokens (``ember.backends.torch_causal``: two rows of the
+LM head, not the vocabulary). It runs where that network does: torch under auto (long
+prompts, as the LLM rerankers'), onnx when asked; ct2 and neuron run encoders."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ember.errors import ConfigError
 from ember.families.base import Family, ModelFiles, lazy
-from ember.families.llm_reranker import heads
-from ember.models.logit_score import chat_reranker
+from ember.families.llm_cross_encoder.layout import chat_reranker
 from ember.models.spec import ResolvedModel
+
+if TYPE_CHECKING:
+    from ember.capabilities import Output
+    from ember.heads.base import Head
+
+SCORE_MODULE = "LogitScore"
 
 
 def _detect(files: ModelFiles) -> bool:
-    return files.modules.logit_score is not None
+    score = files.modules.score
+    return score is not None and score[0] == SCORE_MODULE
 
 
 def resolve(files: ModelFiles, family: Family) -> ResolvedModel:
     """The network the causal LM's; prompt, cut, answer tokens and activation its
     CrossEncoder's."""
     spec, config, hf_dir = files.spec, files.config, files.modules.transformer_dir
-    logit_dir = files.modules.logit_score
-    assert logit_dir is not None
+    assert files.modules.score is not None
+    logit_dir = files.modules.score[1]
     if spec.task not in (None, "rerank") or spec.pooling is not None:
         asked = f"--task {spec.task}" if spec.task not in (None, "rerank") else "--pooling"
         raise ConfigError(
@@ -56,12 +66,17 @@ def resolve(files: ModelFiles, family: Family) -> ResolvedModel:
         normalize=False,
         num_labels=1,
         activation="sigmoid",
-        rerank_activation=reranker.activation,
         config=config,
         family=family,
         root=files.root,
-        llm=reranker,
+        facts=reranker,
     )
+
+
+def heads(model: ResolvedModel) -> dict[Output, Head]:
+    from ember.heads.dense import AnswerTokensHead
+
+    return {"logits": AnswerTokensHead()}
 
 
 LLM_CROSS_ENCODER = Family(
@@ -72,7 +87,7 @@ LLM_CROSS_ENCODER = Family(
     detect=_detect,
     resolve=resolve,
     heads=heads,
-    processor=lazy("ember.processors.chat_rerank", "ChatRerankTokenizer"),
+    processor=lazy("ember.families.llm_cross_encoder.prompt", "ChatRerankTokenizer"),
     detected_by="modules.json: a `text-generation` `Transformer`, then `LogitScore` "
     "(sentence-transformers ≥ 6.2 `CrossEncoder` over a `*ForCausalLM`)",
     example='a `CrossEncoder("Qwen/Qwen3-0.6B")` saved by sentence-transformers 6.2',
@@ -81,5 +96,6 @@ LLM_CROSS_ENCODER = Family(
     scoring="llm",
     task="rerank",
     exportable=False,
-    instructed=True,
+    instruction="an LLM CrossEncoder's system prompt",
+    score_module=(SCORE_MODULE, "causal-LM CrossEncoder (Transformer + LogitScore)"),
 )
