@@ -43,10 +43,11 @@ class TokenBatch:
     wants outputs for (ColBERT's query expansion). ``keep`` is, per row, the positions a
     multi-vector output keeps when not all of them (ColBERT's document skiplist).
     ``pool_from`` is, per row, the positions before it a dense head leaves out of pooling
-    (a prompt's, for a Pooling with ``include_prompt: false``). ``route`` is the
-    sentence-transformers Router route every row of the batch takes (None: no Router), and
-    ``adapter`` the LoRA task adapter (a remote-code model's ``adapter_mask``; None: none).
-    Backends read only the three arrays (a Router's, the route).
+    (a prompt's, for a Pooling with ``include_prompt: false``). ``part`` is the part every
+    row of the batch takes of a model made of parts (``Facts.parts``: a Router's route; None:
+    the model is one network), and ``adapter`` the LoRA task adapter (a remote-code model's
+    ``adapter_mask``; None: none). Backends read only the three arrays (one of parts, the
+    part).
     """
 
     input_ids: np.ndarray
@@ -55,7 +56,7 @@ class TokenBatch:
     lengths: np.ndarray | None = None
     keep: tuple[tuple[int, ...] | None, ...] | None = None
     pool_from: np.ndarray | None = None
-    route: str | None = None
+    part: str | None = None
     adapter: int | None = None  # the LoRA task adapter every row takes (None: the base)
 
     def row_lengths(self) -> np.ndarray:
@@ -97,7 +98,8 @@ class Tokens:
     ``attention`` is the attention mask when not all ones (ColBERT's query expansion);
     ``keep`` the positions a multi-vector output keeps when not all (ColBERT's document
     skiplist); ``pool_from`` the leading positions pooling leaves out (the prompt, where
-    the model pools without it). ``route`` is the Router route that encodes it. ``cost``
+    the model pools without it). ``part`` is the part of a model made of parts that encodes
+    it (a Router's route). ``cost``
     is what the batcher schedules by: the padded positions it takes.
     """
 
@@ -107,7 +109,7 @@ class Tokens:
     attention: list[int] | None = None
     keep: tuple[int, ...] | None = None
     pool_from: int = 0
-    route: str | None = None
+    part: str | None = None
     adapter: int | None = None  # a LoRA task adapter's id (jina-embeddings-v3's tasks)
 
     def __len__(self) -> int:
@@ -119,9 +121,9 @@ class Tokens:
 
     @property
     def key(self) -> Hashable:
-        """Texts of any length share a batch (padding makes the shapes agree), of one
-        Router route and one task adapter only (each is its own network)."""
-        return self.route if self.adapter is None else (self.route, self.adapter)
+        """Texts of any length share a batch (padding makes the shapes agree), of one part
+        and one task adapter only (each is its own network)."""
+        return self.part if self.adapter is None else (self.part, self.adapter)
 
 
 @dataclass(frozen=True, slots=True)

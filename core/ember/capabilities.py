@@ -16,7 +16,7 @@ from typing import Literal
 # modality), a retrieval VLM's projected token vectors (ColPali, ColQwen2), a static
 # table of one vector or weight per token id and no network (StaticEmbedding,
 # SparseStaticEmbedding: ember.backends.static_backend), or a sentence-transformers Router's
-# routes, each with its own (ember.backends.router). A causal LM returns the
+# routes, each with its own (the Router family's backend). A causal LM returns the
 # logits of a few vocabulary rows at each input's last position (an LLM reranker's
 # answer tokens: ember.backends.torch_causal).
 Backbone = Literal[

@@ -326,9 +326,10 @@ def preload_weights(
         if backend != "torch":
             continue
         device = model.spec.device if model.spec.device != "auto" else accelerator or "cpu"
-        # A Router's network routes, each a model of its own (its tables need no torch).
-        routes = model.routes.models.values() if model.routes else (model,)
-        for net in (m for m in routes if not m.family.only_backend):
+        # A model's network parts (a Router's routes), each a model of its own (its
+        # tables need no torch).
+        parts = model.facts.parts or (model,)
+        for net in (m for m in parts if not m.family.only_backend):
             torch_backend.preload_weights(net, device)
         names.append(model.served_name)
     return names

@@ -370,7 +370,7 @@ def test_late_interaction_pages_and_queries(
 
 @pytest.mark.parametrize("kind", ["colpali-short", "colqwen2-short"])
 def test_a_2mb_query_embeds_as_its_cut_by_hand(server: ServerProcess, kind: str) -> None:
-    """Cut before tokenising (ember.processors.queries): a 1.9 MB query (the largest a
+    """Cut before tokenising (ember.families.vlm.queries): a 1.9 MB query (the largest a
     2 MB body holds) embeds as its first 6,400 characters do, the model's max length of
     vectors; with truncate false it is refused, the server healthy after."""
     long = "word " * 380_000

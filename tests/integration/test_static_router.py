@@ -359,7 +359,7 @@ def test_route_mappings_pick_the_sides_as_router_does(
         )
 
     target = _edited_router(paths["router"], tmp_path / "mapped", renamed)
-    routes = resolve_model(ModelSpec(str(target))).routes
+    routes = resolve_model(ModelSpec(str(target))).facts
     assert routes is not None
     # A document and an unmarked input both match (None, None) before the default route.
     assert (routes.query, routes.document, routes.default) == ("q", "d", "d")

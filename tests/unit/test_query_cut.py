@@ -1,4 +1,4 @@
-"""ColPali and ColQwen2 queries are cut before tokenising (``ember.processors.queries``): the
+"""ColPali and ColQwen2 queries are cut before tokenising (``ember.families.vlm.queries``): the
 tokens kept are those of the whole query's prompt (its first tokens, then the prompt's
 augmentation suffix, ``max_length`` in all), on texts made to defeat a bound by characters
 alone; a query that fits is tokenised exactly as the processor does; the processor never

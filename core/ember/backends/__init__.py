@@ -39,36 +39,13 @@ def _check_serves(model: ResolvedModel, name: str) -> None:
         )
 
 
-def _load_routes(model: ResolvedModel) -> Backend:
-    """A sentence-transformers Router: each route loaded as a model of its own, on the
-    backend asked for, or on the one backend that alone runs its family (numpy for a
-    StaticEmbedding or IDF route, whatever the transformer route runs on)."""
-    from ember.backends.router import RouterBackend
-
-    assert model.routes is not None
-    loaded: dict[str, Backend] = {}
-    try:
-        for route, sub in model.routes.models.items():
-            if only := sub.family.only_backend:
-                sub = replace(sub, spec=replace(sub.spec, backend=only))
-            loaded[route] = load_backend(sub)
-    except BaseException:
-        for backend in loaded.values():
-            backend.close()
-        raise
-    routes = model.routes.models
-    networks = [r for r, s in routes.items() if not s.family.only_backend]
-    main = model.routes.document or model.routes.default
-    return RouterBackend(loaded, main if main in networks or not networks else networks[0])
-
-
 def load_backend(model: ResolvedModel) -> Backend:
     # Imported here, not above: ember.config reads the registry through this package,
     # and the chooser reads artifacts, which read ember.config.
     from ember.backends.choice import AUTO, choose_backend
 
-    if model.routes is not None:
-        return _load_routes(model)
+    if model.family.load is not None:  # a model made of parts, each on its own backend
+        return model.family.load(model, load_backend)
     if model.spec.backend != AUTO:
         _check_serves(model, model.spec.backend)
         return _load(model.spec.backend, model)

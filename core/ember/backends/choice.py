@@ -104,10 +104,9 @@ def choose_backend(model: ResolvedModel, accelerator: str | None = None) -> Choi
         reason = f"the directory is an `ember export --backend {exported}` artifact"
         return Choice(exported, reason, exported=True)
     family = model.family
-    if model.routes is not None:  # a Router: what its network routes run on
-        models = model.routes.models.values()
-        networks = [m for m in models if not m.family.only_backend]
-        return choose_backend((networks or list(models))[0], accelerator)
+    if parts := model.facts.parts:  # a model made of parts: what its networks run on
+        networks = [m for m in parts if not m.family.only_backend]
+        return choose_backend((networks or list(parts))[0], accelerator)
     if only := family.only_backend:
         device = "cpu" if REGISTRY[only].cpu_only else None
         return Choice(only, f"{family.name} models run on {only}", device, only=True)

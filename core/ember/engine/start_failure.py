@@ -30,7 +30,7 @@ def _instead(model: ResolvedModel, backend: str) -> str:
     """What to serve it with instead: torch where the family runs on it (what the other
     backends export from), else the family's other backends; nothing for torch itself."""
     family = model.family
-    if backend in ("torch", "auto") or model.routes is not None:
+    if backend in ("torch", "auto") or model.facts.parts:
         return ""
     if family.runs_on("torch"):
         return "serve it with --backend torch; "

@@ -30,6 +30,7 @@ from ember.errors import BadRequest, ConfigError
 from ember.models.spec import ModelSpec, Task
 
 if TYPE_CHECKING:
+    from ember.backends.base import Backend
     from ember.heads.base import Head
     from ember.models.spec import ResolvedModel
     from ember.models.st_files import StModules
@@ -96,8 +97,9 @@ class MediaFacts:
     processor_class: str = "AutoProcessor"
     pads_text: bool = False  # text padded to the max length, as SigLIP's processor documents
     # Texts through the processor's ``process_queries`` and images through its
-    # ``process_images`` (ColPali's and ColQwen2's one text and image paths).
-    queries: bool = False
+    # ``process_images`` (ColPali's and ColQwen2's one text and image paths): the query
+    # path, built from (the processor, the max length, the text cut); None: no such path.
+    queries: Callable[[Any, int, Any], Any] | None = None
     flat_patches: bool = False  # 2-D patch rows concatenated across images (Qwen2-VL's)
     text_position_offset: int = 0  # a RoBERTa text tower's positions start after padding
 
@@ -154,6 +156,10 @@ class Family:
     routable: bool = False  # may be a route of a sentence-transformers Router
     media: MediaFacts | None = None
     table: TableFacts | None = None
+    # How a model made of parts (``facts.parts``: a Router's routes) loads: its own backend
+    # over its parts', each loaded by the loader it is given (ember.backends.load_backend);
+    # None: the backend chosen for its one network.
+    load: Callable[[ResolvedModel, Callable[[ResolvedModel], Backend]], Backend] | None = None
     # A sentence-transformers module after the Transformer that the family reads its score
     # from (its type's name, and what the family calls such a model, for refusals).
     score_module: tuple[str, str] | None = None

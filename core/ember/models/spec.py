@@ -79,19 +79,6 @@ class DenseLayer:
     residual: bool = False  # use_residual: the input (or its projection) is added
 
 
-@dataclass(frozen=True)
-class Routes:
-    """A sentence-transformers ``Router``: each route's pipeline resolved as a model of its
-    own, by route name, and the route a query, a document and an input marked as neither
-    take (as ``Router._resolve_route`` resolves them for text; None: no route for that
-    side)."""
-
-    models: dict[str, ResolvedModel]
-    query: str | None
-    document: str | None
-    default: str
-
-
 class Facts:
     """A family's own facts: one typed value per model (``ResolvedModel.facts``), a
     subclass declared in the family's package (``ember.families.<name>``). What shared
@@ -114,6 +101,13 @@ class Facts:
     def network_name(self) -> str:
         """What the answer-token network is, for a runtime that refuses one."""
         return ""
+
+    @property
+    def parts(self) -> tuple[ResolvedModel, ...]:
+        """The models of their own this one is made of, each loaded on a backend of its
+        own (a sentence-transformers Router's routes; ``Family.load`` puts them
+        together); empty: the model is one network."""
+        return ()
 
 
 NO_FACTS = Facts()
@@ -155,8 +149,6 @@ class ResolvedModel:
     dense_layers: tuple[DenseLayer, ...] = ()
     # SpladePooling's activation: relu, or OpenSearch's log1p_relu (log1p applied twice).
     sparse_activation: SparseActivation = "relu"
-    # A sentence-transformers Router's routes, each a model of its own (None: no Router).
-    routes: Routes | None = None
     # A remote-code model's LoRA task adapters (jina-embeddings-v3's lora_adaptations): the
     # id its forward takes as adapter_mask, by task name, each also a prompt name.
     task_adapters: dict[str, int] = field(default_factory=dict)

@@ -28,7 +28,6 @@ from ember.media.budget import DecodeGuard, MediaBudget
 from ember.media.limits import MediaLimits
 from ember.models.spec import ResolvedModel
 from ember.processors.cut import TextCut, longest_token_chars
-from ember.processors.queries import QueryPrompt
 from ember.processors.text import Direction
 
 log = logging.getLogger(__name__)
@@ -66,9 +65,11 @@ class MediaProcessor:
         self._cut, self._cutter = self._text_cut(self.tokenizer, self.max_length)
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
         # ColPali and ColQwen2 encode every text as a query (their processors' one text path).
-        self.encodes_queries = self.facts.queries
+        self.encodes_queries = self.facts.queries is not None
         self._queries = (
-            QueryPrompt(self.processor, self.max_length, self._cut) if self.facts.queries else None
+            self.facts.queries(self.processor, self.max_length, self._cut)
+            if self.facts.queries is not None
+            else None
         )
         self.limits = model.spec.media or MediaLimits()
         vision = model.config.get("vision_config") or {}
@@ -213,7 +214,7 @@ class MediaProcessor:
 
     def image_features(self, image: Any, index: int = 0) -> Features:
         try:
-            if self.facts.queries:
+            if self.facts.queries is not None:
                 raw = self.processor.process_images([image], return_tensors="pt")
             else:
                 raw = self.processor.image_processor(images=[image], return_tensors="np")

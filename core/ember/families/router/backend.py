@@ -1,17 +1,20 @@
 """A sentence-transformers Router's backend: one backend per route, each batch to its own.
 
-A batch holds one route's inputs (``TokenBatch.route``, set by
-``ember.processors.router``). Each route was loaded as a model of its own
-(``ember.backends.load_backend``): a transformer route on the backend asked for (``auto``:
+A batch holds one route's inputs (``TokenBatch.part``, set by ``processor.py``). Each
+route is loaded as a model of its own (``load_routes``, the family's ``load`` hook, given
+``ember.backends.load_backend``): a transformer route on the backend asked for (``auto``:
 chosen as for any model), a StaticEmbedding or IDF route on numpy, whatever was asked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from ember.backends.base import Backend, BackendDefaults, BackendInfo
 from ember.batch import Batch, Outputs, TokenBatch
+from ember.families.router.facts import Routes
+from ember.models.spec import ResolvedModel
 
 
 class RouterBackend(BackendDefaults):
@@ -35,9 +38,30 @@ class RouterBackend(BackendDefaults):
         self.info = BackendInfo("+".join(names), first.info.device, first.info.dtype, details)
 
     def forward(self, batch: Batch) -> Outputs:
-        assert isinstance(batch, TokenBatch) and batch.route is not None
-        return self.backends[batch.route].forward(batch)
+        assert isinstance(batch, TokenBatch) and batch.part is not None
+        return self.backends[batch.part].forward(batch)
 
     def close(self) -> None:
         for backend in self.backends.values():
             backend.close()
+
+
+def load_routes(model: ResolvedModel, load: Callable[[ResolvedModel], Backend]) -> Backend:
+    """Each route loaded (``load``: ``ember.backends.load_backend``) as a model of its own,
+    on the backend asked for, or on the one backend that alone runs its family (numpy for
+    a StaticEmbedding or IDF route, whatever the transformer route runs on)."""
+    routes = model.facts
+    assert isinstance(routes, Routes)
+    loaded: dict[str, Backend] = {}
+    try:
+        for route, sub in routes.models.items():
+            if only := sub.family.only_backend:
+                sub = replace(sub, spec=replace(sub.spec, backend=only))
+            loaded[route] = load(sub)
+    except BaseException:
+        for backend in loaded.values():
+            backend.close()
+        raise
+    networks = [r for r, s in routes.models.items() if not s.family.only_backend]
+    main = routes.document or routes.default
+    return RouterBackend(loaded, main if main in networks or not networks else networks[0])

@@ -1,5 +1,6 @@
 """A PyLate ColBERT: token states -> its Dense projection -> one normalised vector per
-token; queries and documents encoded as PyLate encodes them; reranks by MaxSim."""
+token; queries and documents encoded as PyLate encodes them (``processor.py``); reranks by
+MaxSim (the shared multi-vector head and scoring)."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ COLBERT = Family(
     detect=detect,
     resolve=lazy("ember.models.pipeline", "resolve_pipeline"),
     heads=heads,
-    processor=lazy("ember.processors.colbert", "ColbertTokenizer"),
+    processor=lazy("ember.families.colbert.processor", "ColbertTokenizer"),
     detected_by="a PyLate checkpoint (`pylate.models.Dense`, `query_length`/`document_length`)",
     example="lightonai/GTE-ModernColBERT-v1",
     scoring="maxsim",

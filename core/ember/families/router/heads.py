@@ -16,7 +16,7 @@ from ember.heads.postprocess import l2_normalize
 
 @dataclass(frozen=True)
 class RoutedHead:
-    """One output of a Router: a batch holds one route's inputs (``TokenBatch.route``) and
+    """One output of a Router: a batch holds one route's inputs (``TokenBatch.part``) and
     goes through that route's head. A route whose own pipeline ends in Normalize is
     normalised here: the engine normalises by the model's Normalize after the Router only."""
 
@@ -25,8 +25,8 @@ class RoutedHead:
     normalized: frozenset[str] = frozenset()
 
     def split(self, outputs: dict[str, np.ndarray], batch: Batch, rows: Sequence[int]) -> list[Any]:
-        assert isinstance(batch, TokenBatch) and batch.route is not None
-        results = self.heads[batch.route].split(outputs, batch, rows)
-        if batch.route in self.normalized:
+        assert isinstance(batch, TokenBatch) and batch.part is not None
+        results = self.heads[batch.part].split(outputs, batch, rows)
+        if batch.part in self.normalized:
             return list(l2_normalize(np.stack(results)))
         return results

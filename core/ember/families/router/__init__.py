@@ -1,7 +1,13 @@
 """A sentence-transformers Router: queries and documents through routes of their own (a
 StaticEmbedding or IDF query side, a transformer document side), picked by input_type /
 prompt_name as ColBERT's sides are. Each route is resolved as the model its own files
-make it (its family's); the Router's row is the one for the embedding its routes return."""
+make it (its family's); the Router's row is the one for the embedding its routes return.
+
+The whole family is this package: the rows and their resolve here, its facts (``Routes``:
+the routes and the sides they take), its processor (``processor.py``: each input through
+its route's tokenizer, the route in the batch's ``part``), heads (``heads.py``) and
+backend (``backend.py``: each route on a backend of its own, loaded by the row's
+``load`` hook)."""
 
 from __future__ import annotations
 
@@ -11,8 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember.errors import ConfigError
-from ember.families.base import Family, ModelFiles
-from ember.models.spec import ResolvedModel, Routes
+from ember.families.base import Family, ModelFiles, lazy
+from ember.families.router.facts import Routes
+from ember.models.spec import ResolvedModel
 from ember.models.st_files import ROUTER, TABLE_MODULES, read_json, st_prompts
 
 if TYPE_CHECKING:
@@ -131,17 +138,17 @@ def resolve(files: ModelFiles, family: Family) -> ResolvedModel:
         family=next(f for f in ROUTERS if f.outputs == (output,)),
         root=root,
         pooling_modes=first.pooling_modes,
-        routes=Routes(routes, query, document, unmarked),
+        facts=Routes(routes, query, document, unmarked),
     )
 
 
 def heads(model: ResolvedModel) -> dict[Output, Head]:
     """Each route's heads, built from its own files; one RoutedHead per output."""
+    from ember.families.router.heads import RoutedHead
     from ember.heads.build import build_heads
-    from ember.heads.router import RoutedHead
 
-    assert model.routes is not None
-    routes = model.routes.models
+    assert isinstance(model.facts, Routes)
+    routes = model.facts.models
     built = {name: build_heads(sub) for name, sub in routes.items()}
     normalized = frozenset(name for name, sub in routes.items() if sub.normalize)
     return {
@@ -151,7 +158,7 @@ def heads(model: ResolvedModel) -> dict[Output, Head]:
 
 
 def processor(model: ResolvedModel, max_length: int | None) -> TextProcessor:
-    from ember.processors.router import RouterProcessor
+    from ember.families.router.processor import RouterProcessor
 
     return RouterProcessor(model, max_length)
 
@@ -166,6 +173,7 @@ _COMMON: dict[str, Any] = {
     "resolve": resolve,
     "heads": heads,
     "processor": processor,
+    "load": lazy("ember.families.router.backend", "load_routes"),
     "exportable": False,
 }
 
