@@ -1,5 +1,4 @@
-"""The family registry: every kind of model Ember serves, one module or package each,
-listed once.
+"""The family registry: every kind of model Ember serves, one package each, listed once.
 
 Detection asks the families in this order and the first whose files match serves the
 model: the modules that are no transformer first (a Router, a table), then media models

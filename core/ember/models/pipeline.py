@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ember.errors import ConfigError
-from ember.models.facts import classifier_activation, detect_task, max_length
+from ember.models.facts import detect_task, max_length
 from ember.models.spec import Pooling, ResolvedModel, Task
 from ember.models.st_files import dense_layer, pipeline_width
 
@@ -64,7 +64,6 @@ def resolve_pipeline(files: ModelFiles, family: Family) -> ResolvedModel:
         normalize=modules.normalize,
         num_labels=num_labels,
         id2label=id2label,
-        activation=classifier_activation(config, num_labels) if task == "classify" else "softmax",
         prompts=prompts,
         default_prompt_name=st_cfg.get("default_prompt_name"),
         config=config,
@@ -73,7 +72,6 @@ def resolve_pipeline(files: ModelFiles, family: Family) -> ResolvedModel:
         pooling_modes=modes if len(modes) > 1 else (),
         include_prompt=st_pooling.include_prompt if st_pooling else True,
         dense_layers=dense,
-        sparse_activation=modules.sparse_activation,
         task_adapters=adapters,
     )
 

@@ -91,6 +91,11 @@ class Facts:
         return "sigmoid"
 
     @property
+    def label_activation(self) -> Activation:
+        """What turns a classifier's logits into label scores (its problem_type)."""
+        return "softmax"
+
+    @property
     def answer_tokens(self) -> tuple[int, ...]:
         """The network every runtime loads: the causal LM scored by only these rows of its
         LM head at each input's last real position (ember.backends.torch_causal); empty:
@@ -135,7 +140,6 @@ class ResolvedModel:
     family: Family
     num_labels: int = 0
     id2label: dict[int, str] = field(default_factory=dict)
-    activation: Activation = "softmax"  # a classifier's, from config.json's problem_type
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     config: dict = field(default_factory=dict)
@@ -147,8 +151,6 @@ class ResolvedModel:
     pooling_modes: tuple[Pooling, ...] = ()
     include_prompt: bool = True
     dense_layers: tuple[DenseLayer, ...] = ()
-    # SpladePooling's activation: relu, or OpenSearch's log1p_relu (log1p applied twice).
-    sparse_activation: SparseActivation = "relu"
     # A remote-code model's LoRA task adapters (jina-embeddings-v3's lora_adaptations): the
     # id its forward takes as adapter_mask, by task name, each also a prompt name.
     task_adapters: dict[str, int] = field(default_factory=dict)
@@ -165,6 +167,11 @@ class ResolvedModel:
     @property
     def rerank_activation(self) -> ScoreActivation:
         return self.facts.rerank_activation
+
+    @property
+    def activation(self) -> Activation:
+        """A classifier's label activation (softmax, sigmoid per label, or none)."""
+        return self.facts.label_activation
 
     @property
     def backbone(self) -> Backbone:

@@ -51,7 +51,6 @@ def resolve(files: ModelFiles, family: Family) -> ResolvedModel:
         pooling="last",  # unused: the backend reads each input's last position itself
         normalize=False,
         num_labels=1,
-        activation="sigmoid",
         config=config,
         family=family,
         root=files.root,

@@ -3,9 +3,11 @@ one weight per vocabulary id."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ember.families.base import Family, ModelFiles, lazy
+from ember.models.spec import Facts, SparseActivation
 
 if TYPE_CHECKING:
     from ember.capabilities import Output
@@ -13,11 +15,27 @@ if TYPE_CHECKING:
     from ember.models.spec import ResolvedModel
 
 
+@dataclass(frozen=True)
+class SpladeFacts(Facts):
+    """The family's facts: SpladePooling's activation, relu or OpenSearch's log1p_relu
+    (log1p applied twice)."""
+
+    activation: SparseActivation = "relu"
+
+
+def resolve(files: ModelFiles, family: Family) -> ResolvedModel:
+    from ember.models.pipeline import resolve_pipeline
+
+    model = resolve_pipeline(files, family)
+    return replace(model, facts=SpladeFacts(files.modules.sparse_activation))
+
+
 def heads(model: ResolvedModel) -> dict[Output, Head]:
     from ember.heads.build import load_mlm_head
     from ember.heads.sparse import SpladeHead
 
-    log_twice = model.sparse_activation == "log1p_relu"
+    assert isinstance(model.facts, SpladeFacts)
+    log_twice = model.facts.activation == "log1p_relu"
     return {"sparse": SpladeHead(load_mlm_head(model), log_twice=log_twice)}
 
 
@@ -31,7 +49,7 @@ SPLADE = Family(
     backbone="encoder",
     outputs=("sparse",),
     detect=detect,
-    resolve=lazy("ember.models.pipeline", "resolve_pipeline"),
+    resolve=resolve,
     heads=heads,
     processor=lazy("ember.processors.text", "TextTokenizer"),
     detected_by="a sentence-transformers `SparseEncoder` (`MLMTransformer` + `SpladePooling`)",
