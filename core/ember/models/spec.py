@@ -79,6 +79,7 @@ class DenseLayer:
     residual: bool = False  # use_residual: the input (or its projection) is added
 
 
+@dataclass(frozen=True)
 class Facts:
     """A family's own facts: one typed value per model (``ResolvedModel.facts``), a
     subclass declared in the family's package (``ember.families.<name>``). What shared
