@@ -1,11 +1,12 @@
 """Processors: one request item -> model features plus a cost, and a batch -> one input.
 
-Text models get ``TextTokenizer`` (``ColbertTokenizer`` adds ColBERT's query and document
-encodings; static models get it without special tokens, and a sentence-transformers Router
-``RouterProcessor``, each route's own); media models (CLIP, SigLIP, CLAP, ColPali, ColQwen2)
-get ``MediaProcessor``, which runs the model's own transformers processor for text, images
-and audio. Every processor has the same shape: ``encode`` items into features with a
-``cost`` and a shape ``key``, ``collate`` a batch of them for the backend.
+Text models get ``TextTokenizer`` (static models without special tokens); media models
+(CLIP, SigLIP, CLAP, ColPali, ColQwen2) get ``MediaProcessor``, which runs the model's own
+transformers processor for text, images and audio. A family whose inputs are encoded its
+own way has its processor in its package (``ember.families.<name>``: ColBERT's markers,
+the LLM prompts, a Router's routes), named by its row's ``processor`` hook. Every
+processor has the same shape: ``encode`` items into features with a ``cost`` and a shape
+``key``, ``collate`` a batch of them for the backend.
 """
 
 from __future__ import annotations
