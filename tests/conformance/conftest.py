@@ -1,4 +1,5 @@
-"""The conformance kit's one fixture: its session (tests/conformance/session.py)."""
+"""The conformance kit's one fixture: its session (tests/conformance/session.py), ended
+with the module so that no server of its outlives the kit's tests."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from tests.conformance.session import Kit, pairs
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def conformance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
     families = list(dict.fromkeys(family for family, _ in pairs()))
     session = Kit(tmp_path_factory.mktemp("conformance"), families)

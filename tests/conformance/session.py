@@ -30,7 +30,8 @@ BUILD_TIMEOUT = 600.0  # seconds for one family's build or references (bounded w
 
 
 class Kit:
-    """Models, references and servers for the session, each made on first use."""
+    """Models and references, made in the background in test order; servers, one at a
+    time, on first use."""
 
     def __init__(self, root: Path, families: list[str]) -> None:
         self.root = root
@@ -49,11 +50,19 @@ class Kit:
 
     def path(self, family: str) -> Path:
         """The family's tiny model (waits for its build)."""
+        self._require(family)
         return self._paths[family].result(timeout=BUILD_TIMEOUT)
 
     def probes(self, family: str) -> list[kit.Probe]:
         """The family's probes with their reference answers (waits for them)."""
+        self._require(family)
         return self._probes[family].result(timeout=BUILD_TIMEOUT)
+
+    def _require(self, family: str) -> None:
+        assert family in self._probes, (
+            f"{family} has no reference module: add tests/conformance/references/"
+            f"{module_name(family)}.py (tests/conformance/README.md)"
+        )
 
     def _build(self, family: str) -> Path:
         return self.reference(family).build(self.root / family)

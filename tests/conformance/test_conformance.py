@@ -36,22 +36,21 @@ def test_family_matches_its_reference(conformance: Kit, family: str, backend: st
         listed = {m["id"]: m for m in client.get("/v1/models").json()["data"]}[family]
         assert listed["kind"] == family, f"served as {listed['kind']}, not {family}"
         assert backend in listed["backend"].split("+"), f"served on {listed['backend']}"
-        failures = []
-        for probe in probes:
-            failures += _check(client, family, probe)
+        outcomes = [_check(client, family, probe) for probe in probes]
+    print(f"{family} on {backend}:", *(line for _, line in outcomes), sep="\n")  # -rP shows
+    failures = [line for matched, line in outcomes if not matched]
     assert not failures, f"{family} on {backend}:\n" + "\n".join(failures)
 
 
-def _check(client: httpx.Client, family: str, probe: Probe) -> list[str]:
-    """The probe's mismatch, as a line naming it (none when it matches)."""
+def _check(client: httpx.Client, family: str, probe: Probe) -> tuple[bool, str]:
+    """Whether the answer matches, and a line naming the probe with its figure or error."""
     reply = client.post(probe.route, json={"model": family, **probe.body})
     if reply.status_code != 200:
-        return [f"  {probe.describe()}: HTTP {reply.status_code} {reply.text[:300]}"]
+        return False, f"  {probe.describe()}: HTTP {reply.status_code} {reply.text[:300]}"
     try:
-        probe.compare(probe.read(reply.json()), probe.want)
+        return True, f"  {probe.describe()}: {probe.compare(probe.read(reply.json()), probe.want)}"
     except AssertionError as error:
-        return [f"  {probe.describe()}: {error}"]
-    return []
+        return False, f"  {probe.describe()}: {error}"
 
 
 def test_every_family_has_a_reference() -> None:
