@@ -18,32 +18,14 @@ import pytest
 
 from ember.families import FAMILIES
 from ember.families.table import cpu_auto
-from tests.fixtures import llm_rerankers as llm
-from tests.fixtures import media_models as media
-from tests.fixtures import retrieval_models as retrieval
-from tests.fixtures import static_models as static
+from tests.conformance.references import modules
 from tests.fixtures import tiny_models as tiny
 from tests.support import free_port, start_server
 
-# One tiny model per family, by the family's registry name.
+# One tiny model per family, by the family's registry name: the conformance kit's
+# (tests/conformance/references/), so a new family's reference serves here too.
 BUILDERS: dict[str, Callable[[Path], Path]] = {
-    "router": static.build_query_document_router,
-    "sparse-router": static.build_inference_free_sparse,
-    "static": static.build_static_retrieval_like,
-    "sparse-static": static.build_idf_only,
-    "clip": media.build_tiny_clip,
-    "siglip": media.build_tiny_siglip,
-    "clap": media.build_tiny_clap,
-    "colpali": media.build_tiny_colpali,
-    "colqwen2": media.build_tiny_colqwen2,
-    "llm-cross-encoder": lambda root: llm.build_st_causal_cross_encoders(root)["yes-no"],
-    "llm-reranker": llm.build_tiny_qwen3_reranker,
-    "bge-m3": retrieval.build_tiny_bge_m3,
-    "splade": retrieval.build_tiny_splade,
-    "colbert": retrieval.build_tiny_colbert,
-    "cross-encoder": tiny.build_tiny_reranker,
-    "classifier": tiny.build_tiny_classifier,
-    "dense": tiny.build_tiny_embedder,
+    module.FAMILY: module.build for module in modules().values()
 }
 # What an exporter that cannot trace a network raises (the TorchScript tracer on
 # EmbeddingGemma), with the lines a library adds after the first.
