@@ -256,7 +256,8 @@ def test_routers_listed_with_their_routes(router_server: ServerProcess) -> None:
         listed = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
     router = listed["router"]
     assert router["kind"] == "router" and router["dimensions"] == sm.HIDDEN
-    assert router["backend"] == "numpy+onnx"  # auto: the document side on onnx
+    # auto: the document side on onnx (openvino where its near-exact bf16 path held)
+    assert router["backend"] in ("numpy+onnx", "numpy+openvino")
     assert router["backend_details"]["route query"].startswith("numpy")
     assert listed[SPARSE]["kind"] == "sparse-router"
     assert listed[SPARSE]["capabilities"] == ["embed", "embed_sparse"]
