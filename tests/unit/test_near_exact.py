@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ember import cpu
@@ -112,7 +113,7 @@ def test_a_passed_verdict_is_cached_per_cpu_kind(
     (decided,) = (tmp_path / "near-exact").iterdir()
     manifest = artifacts.read_manifest(decided) or {}
     assert manifest["passed"] is True and manifest["cpu"] == "avx512_bf16"
-    assert manifest["metric"] == "cosine" and manifest["inputs"] == 64
+    assert manifest["metric"] == "cosine" and manifest["inputs"] == "64"
 
     def no_probe(*_: object) -> object:
         raise AssertionError("a cached verdict was checked again")
@@ -154,3 +155,60 @@ def test_a_candidate_that_fails_to_load_leaves_float32_serving(
 
 def _never(model: ResolvedModel) -> Backend:
     raise RuntimeError("not here")
+
+
+def test_the_probe_images_are_fixed_and_of_mixed_size() -> None:
+    images = near_exact.probe_images()
+    assert len(images) >= 64 and all(i.mode == "RGB" for i in images)
+    assert [i.tobytes() for i in images[:4]] == [i.tobytes() for i in near_exact.probe_images()[:4]]
+    sizes = {i.size for i in images}
+    assert len(sizes) >= 5 and min(w * h for w, h in sizes) < 224 * 224 < max(
+        w * h for w, h in sizes
+    )
+
+
+@pytest.mark.usefixtures("cpu_host")
+def test_towers_are_probed_on_texts_and_images(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CLIP's towers: OpenVINO over their onnx graphs where texts and images both hold.
+    The bar is moved both ways, so each branch runs whatever bf16 gives on this host."""
+    from tests.fixtures.media_models import build_tiny_clip
+
+    _forced(monkeypatch, "avx512_bf16")
+    spec = {"model_id": str(build_tiny_clip()), "device": "cpu", "cache_dir": tmp_path}
+    monkeypatch.setattr(near_exact, "COSINE_FLOOR", 1.0 + 1e-9)
+    name, _, chosen = _load(resolve_model(ModelSpec(**spec)))  # type: ignore[arg-type]
+    assert name == "onnx", chosen
+    assert "worst cosine " in chosen and "on 64 text and 64 image probe inputs, checked" in chosen
+    monkeypatch.setattr(near_exact, "COSINE_FLOOR", -1.0)  # another floor: decided anew
+    model = resolve_model(ModelSpec(**spec))  # type: ignore[arg-type]
+    backend = load_backend(model)
+    try:
+        assert (backend.info.name, backend.info.dtype) == ("openvino", "bfloat16")
+        assert backend.info.details["towers"] == "text,image"
+        # It serves: the same rows, through the engine's own processor and heads.
+        from ember.engine.forward import Piece, run_batch
+        from ember.heads.build import build_heads
+        from ember.processors import build_processor
+
+        processor, heads = build_processor(model), build_heads(model)
+        images = [processor.image_features(i) for i in near_exact.probe_images()[:3]]
+        rows = run_batch(processor, backend, heads, [Piece(f, "dense") for f in images])
+        assert [r.shape for r in rows] == [(16,)] * 3  # the tiny CLIP's projection width
+        assert all(np.isfinite(r).all() for r in rows) and not np.allclose(rows[0], rows[1])
+    finally:
+        backend.close()
+
+
+@pytest.mark.usefixtures("cpu_host")
+def test_a_tower_family_without_an_onnx_graph_keeps_torch_float32(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.fixtures.media_models import build_tiny_clap
+
+    _forced(monkeypatch, "amx")
+    monkeypatch.setattr(near_exact, "load_candidate", _never)
+    model = resolve_model(ModelSpec(str(build_tiny_clap()), device="cpu", cache_dir=tmp_path))
+    name, dtype, chosen = _load(model)
+    assert (name, dtype) == ("torch", "float32") and chosen == "auto: clap models run on torch"

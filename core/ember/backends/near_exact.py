@@ -14,9 +14,12 @@ to fp32 is at least ``COSINE_FLOOR`` (a classifier's or reranker's scores: withi
 with the artifacts, keyed by the model's files, the CPU kind and the runtimes' versions,
 so later starts load one backend; ``--dtype float32`` (any ``--dtype``) skips it all.
 
-Where it applies: a text encoder pooled to one vector, or a sequence classifier, whose
-family runs on onnx, on a CPU, with ``--backend auto`` and no ``--dtype``. Media towers,
-multi-vector and sparse outputs and LLM rerankers keep float32 (no probe compares them yet).
+Where it applies: a text encoder pooled to one vector, a sequence classifier, or a dual
+encoder's towers where auto serves them on onnx (CLIP: OpenVINO over the onnx tower graphs,
+``openvino_media``, probed on the texts and on ``PROBE_SIZE`` images of mixed size,
+``probe_set``), whose family runs on onnx, on a CPU, with ``--backend auto`` and no
+``--dtype``. SigLIP (on torch), CLAP (no ONNX graph), multi-vector and sparse outputs and
+LLM rerankers keep float32 (no probe compares them).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 from ember import cpu
 from ember.backends import artifacts
 from ember.backends.base import Backend
+from ember.backends.probe_set import PROBE_SIZE, probe_images, probe_pairs, probe_texts
 from ember.models.spec import ResolvedModel
 
 log = logging.getLogger(__name__)
@@ -39,45 +43,9 @@ log = logging.getLogger(__name__)
 CANDIDATE = ("openvino", "bfloat16")  # the near-exact path: runtime, dtype
 COSINE_FLOOR = 0.9999
 SCORE_TOLERANCE = 1e-3
-PROBE_SIZE = 64
-PROBE_VERSION = 1  # bump when the probe set or its comparison changes
+PROBE_VERSION = 2  # bump when the probe set or its comparison changes
 _BATCH = 8
-
-# Sentences of several kinds (prose, numbers, code, other scripts); the probe joins them
-# into inputs of one to a few hundred tokens, so short and truncated inputs both count.
-_SENTENCES = (
-    "The quick brown fox jumps over the lazy dog.",
-    "Photosynthesis converts light energy into chemical energy stored in glucose.",
-    "In 1969, Apollo 11 landed on the Moon; Neil Armstrong stepped out at 02:56 UTC.",
-    "def mean(xs): return sum(xs) / len(xs) if xs else 0.0",
-    "Der schnelle braune Fuchs springt über den faulen Hund.",
-    "東京は日本の首都であり、人口は約1400万人です。",
-    "Interest rates rose by 0.25 percentage points to 5.5% in July.",
-    "What is the boiling point of water at sea level?",
-    "Mitochondria are the powerhouse of the cell.",
-    "SELECT name, COUNT(*) FROM orders GROUP BY name HAVING COUNT(*) > 3;",
-    "La tour Eiffel mesure environ 330 mètres de haut.",
-    "Rain is expected tomorrow afternoon, clearing by evening.",
-    "Москва — столица России.",
-    "A transformer encoder maps tokens to contextual vectors with self-attention.",
-    "ok",
-    "Customer reported that the app crashes when uploading files larger than 2 GB.",
-)
-
-
-def probe_texts() -> list[str]:
-    """``PROBE_SIZE`` fixed inputs: input i joins 1 to 24 sentences from sentence i on."""
-    n = len(_SENTENCES)
-    lengths = [1 + (i * 7) % 24 for i in range(PROBE_SIZE)]
-    return [" ".join(_SENTENCES[(i + j) % n] for j in range(k)) for i, k in enumerate(lengths)]
-
-
-def probe_pairs() -> list[tuple[str, str]]:
-    """``PROBE_SIZE`` (query, document) pairs for a classifier or reranker."""
-    texts = probe_texts()
-    return [
-        (_SENTENCES[i % len(_SENTENCES)], texts[(i * 5) % len(texts)]) for i in range(len(texts))
-    ]
+PROBED = ("encoder", "sequence-classifier", "dual-encoder")  # backbones the probe covers
 
 
 @dataclass(frozen=True)
@@ -87,6 +55,7 @@ class Verdict:
     passed: bool
     worst: float  # the worst cosine, or the largest score difference
     metric: str  # "cosine" or "score"
+    inputs: str = str(PROBE_SIZE)  # how many probe inputs: "64", "64 text and 64 image"
 
     def words(self) -> str:
         if self.metric == "cosine":
@@ -100,11 +69,18 @@ def applies(model: ResolvedModel, reference: Backend) -> str | None:
     """Why the check does not run for ``model`` served by ``reference``; None if it does."""
     if model.spec.dtype != "auto":
         return f"--dtype {model.spec.dtype} asked for: the exact path"
-    if model.backbone not in ("encoder", "sequence-classifier") or model.llm is not None:
+    if model.backbone not in PROBED or model.llm is not None:
         return f"no near-exact probe for {model.family.name} models yet"
     if model.task_adapters or not model.family.runs_on("onnx"):
         return f"{model.family.name} models have no ONNX graph for {CANDIDATE[0]} to run"
-    if model.backbone == "encoder" and "embed" not in model.family.capabilities:
+    if model.backbone == "dual-encoder" and reference.info.name != "onnx":
+        # SigLIP: auto keeps it on torch (ORT was no faster); no bf16 path measured yet.
+        return (
+            f"{model.family.name} towers: no near-exact path measured beside {reference.info.name}"
+        )
+    if model.backbone == "encoder" and model.family.outputs != ("dense",):
+        # The probe compares dense vectors; sparse weights and token vectors (BGE-M3's
+        # too, beside its dense head) would be served at bf16 unchecked.
         return "no near-exact probe for multi-vector or sparse outputs yet"
     if (unit := cpu.native_bf16()) is None:
         return "this CPU has no native bf16 (AVX512-BF16 or AMX)"
@@ -126,34 +102,47 @@ def decision_dir(model: ResolvedModel, reference: Backend) -> Any:
     return artifacts.artifact_dir(model, "near-exact", options)
 
 
+def probe_inputs(model: ResolvedModel, processor: Any) -> list[tuple[str, list[Any], str]]:
+    """The probe set as the model takes it: (kind, features, head) per kind of input."""
+    if model.backbone == "sequence-classifier":
+        return [("", processor.encode_pairs(probe_pairs()), "logits")]
+    if model.backbone == "encoder":
+        return [("", processor.encode(probe_texts()), "dense")]
+    groups = [("text", processor.encode(probe_texts()), "dense")]
+    if "image" in model.family.modalities:
+        images = [processor.image_features(image, i) for i, image in enumerate(probe_images())]
+        groups.append(("image", images, "dense"))
+    return groups
+
+
 def compare(model: ResolvedModel, reference: Backend, candidate: Backend) -> Verdict:
     """Run the probe set through both backends with the model's own processor and heads."""
-    from ember.engine.forward import Piece, run_batch
     from ember.heads.build import build_heads
     from ember.processors import build_processor
 
     limit = min(x for x in (reference.max_length, candidate.max_length, 1 << 30) if x)
     processor = build_processor(model, None if limit == 1 << 30 else limit)
     heads = build_heads(model)
-    if model.backbone == "encoder":
-        tokens, output = processor.encode(probe_texts()), "dense"
-    else:
-        tokens, output = processor.encode_pairs(probe_pairs()), "logits"
+    groups = probe_inputs(model, processor)
+    inputs = " and ".join(f"{len(features)} {kind}".strip() for kind, features, _ in groups)
+    output = groups[0][2]
 
     def run(backend: Backend) -> np.ndarray:
         rows: list[Any] = []
-        for start in range(0, len(tokens), _BATCH):
-            pieces = [Piece(t, output) for t in tokens[start : start + _BATCH]]  # type: ignore[arg-type]
-            rows += run_batch(processor, backend, heads, pieces)
-        return np.asarray(rows, dtype=np.float64).reshape(len(tokens), -1)
+        for _, features, head in groups:  # as the engine's run_batch: collate, forward, head
+            for start in range(0, len(features), _BATCH):
+                chunk = features[start : start + _BATCH]
+                batch = processor.collate(chunk)
+                rows += heads[head].split(backend.forward(batch), batch, range(len(chunk)))
+        return np.asarray(rows, dtype=np.float64).reshape(len(rows), -1)
 
     exact, near = run(reference), run(candidate)
     if output == "dense":
         norms = np.linalg.norm(exact, axis=1) * np.linalg.norm(near, axis=1)
         worst = float(((exact * near).sum(axis=1) / np.maximum(norms, 1e-12)).min())
-        return Verdict(worst >= COSINE_FLOOR, worst, "cosine")
+        return Verdict(worst >= COSINE_FLOOR, worst, "cosine", inputs)
     largest = float(np.abs(_activate(exact) - _activate(near)).max())
-    return Verdict(largest <= SCORE_TOLERANCE, largest, "score")
+    return Verdict(largest <= SCORE_TOLERANCE, largest, "score", inputs)
 
 
 def _activate(logits: np.ndarray) -> np.ndarray:
@@ -167,7 +156,10 @@ def _activate(logits: np.ndarray) -> np.ndarray:
 def _cached(directory: Any) -> Verdict | None:
     manifest = artifacts.read_manifest(directory) or {}
     if manifest.get("metric") in ("cosine", "score"):
-        return Verdict(bool(manifest["passed"]), float(manifest["worst"]), manifest["metric"])
+        inputs = str(manifest.get("inputs", PROBE_SIZE))
+        return Verdict(
+            bool(manifest["passed"]), float(manifest["worst"]), manifest["metric"], inputs
+        )
     return None
 
 
@@ -183,7 +175,7 @@ def _store(directory: Any, verdict: Verdict, candidate: Sequence[str]) -> None:
                     "passed": verdict.passed,
                     "worst": verdict.worst,
                     "metric": verdict.metric,
-                    "inputs": PROBE_SIZE,
+                    "inputs": verdict.inputs,
                     "cpu": cpu.native_bf16(),
                 },
             )
@@ -192,7 +184,12 @@ def _store(directory: Any, verdict: Verdict, candidate: Sequence[str]) -> None:
 
 
 def load_candidate(model: ResolvedModel) -> Backend:
-    """The near-exact path for ``model`` (whose spec names its dtype)."""
+    """The near-exact path for ``model`` (whose spec names its dtype): OpenVINO over the
+    onnx backend's graph, or over its tower graphs for a dual encoder."""
+    if model.backbone == "dual-encoder":
+        from ember.backends.openvino_media import load as load_towers
+
+        return load_towers(model)
     from ember.backends.openvino_backend import load
 
     return load(model)
@@ -227,7 +224,7 @@ def settle(model: ResolvedModel, reference: Backend) -> tuple[Backend, str | Non
             log.warning("model %s: %s %s failed (%s)", model.served_name, name, dtype, exc)
             return reference, f"float32 ({name} {dtype} failed: {type(exc).__name__}: {exc})"
     assert verdict is not None
-    probe = f"{verdict.words()} on {PROBE_SIZE} probe inputs, {source}"
+    probe = f"{verdict.words()} on {verdict.inputs} probe inputs, {source}"
     if verdict.passed and candidate is not None:
         reference.close()
         return candidate, f"near-exact {name} {dtype} (this CPU has {unit}; {probe})"

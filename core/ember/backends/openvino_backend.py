@@ -29,23 +29,56 @@ NAME = "openvino"
 PRECISIONS = {"bfloat16": "bf16", "float32": "f32"}
 
 
+def compile_graph(path: Any, precision: str, streams: int, threads: int) -> Any:
+    """An ONNX graph compiled for this CPU at ``precision``: ``streams`` forwards at once
+    (one infer request per forward thread), ``threads`` each, as ``cpu_forward_plan`` says."""
+    import openvino
+
+    config = {
+        "INFERENCE_PRECISION_HINT": PRECISIONS[precision],
+        "INFERENCE_NUM_THREADS": threads,
+        "NUM_STREAMS": streams,
+        "PERFORMANCE_HINT": "LATENCY",
+    }
+    return openvino.Core().compile_model(str(path), "CPU", config)
+
+
+def backend_info(
+    model: ResolvedModel, path: Any, precision: str, threads: str, **more: str
+) -> BackendInfo:
+    """What /v1/models and /info show for an OpenVINO path (text or towers)."""
+    import openvino
+
+    details = {
+        "runtime": f"openvino {openvino.__version__.split('-')[0]}",
+        "artifact": artifacts.shown_path(path, model),
+        "threads": threads,
+        **more,
+    }
+    return BackendInfo(name=NAME, device="cpu", dtype=precision, details=details)
+
+
+def check_precision(precision: str) -> None:
+    """Refuse what this path cannot run: openvino missing, or a dtype it has no hint for."""
+    try:
+        import openvino  # noqa: F401
+    except ImportError as exc:
+        raise MissingDependency(
+            "the near-exact path needs openvino: pip install 'ember[openvino]'"
+        ) from exc
+    if precision not in PRECISIONS:
+        raise ConfigError(f"openvino runs bfloat16 or float32 here, not {precision!r}")
+
+
 class OpenVinoBackend(BackendDefaults):
     """One compiled model; each forward thread runs its own infer request."""
 
     def __init__(self, model: ResolvedModel, path: Any, precision: str) -> None:
-        import openvino
-
         self.parallel_forwards, threads = cpu_forward_plan(
             model.spec.forward_workers, physical_cores()
         )
         self.padding = ORT_CPU_PADDING  # the same graph computes every padded position
-        config = {
-            "INFERENCE_PRECISION_HINT": PRECISIONS[precision],
-            "INFERENCE_NUM_THREADS": threads,
-            "NUM_STREAMS": self.parallel_forwards,
-            "PERFORMANCE_HINT": "LATENCY",
-        }
-        self.compiled = openvino.Core().compile_model(str(path), "CPU", config)
+        self.compiled = compile_graph(path, precision, self.parallel_forwards, threads)
         self.inputs = {i.get_any_name() for i in self.compiled.inputs}
         if "input_ids" not in self.inputs:
             raise ConfigError(f"{path} has no input_ids input (inputs: {sorted(self.inputs)})")
@@ -57,16 +90,7 @@ class OpenVinoBackend(BackendDefaults):
         self.output_name = found[0]
         self.name = TOKEN_STATES if model.backbone == "encoder" else LOGITS
         self._local = threading.local()
-        self.info = BackendInfo(
-            name=NAME,
-            device="cpu",
-            dtype=precision,
-            details={
-                "runtime": f"openvino {openvino.__version__.split('-')[0]}",
-                "artifact": artifacts.shown_path(path, model),
-                "threads": f"{self.parallel_forwards}x{threads}",
-            },
-        )
+        self.info = backend_info(model, path, precision, f"{self.parallel_forwards}x{threads}")
 
     def forward(self, batch: TokenBatch) -> Outputs:
         request = getattr(self._local, "request", None)
@@ -88,15 +112,8 @@ class OpenVinoBackend(BackendDefaults):
 def load(model: ResolvedModel) -> Backend:
     """The model's float32 ONNX graph (built or cached as the onnx backend does), compiled
     for this CPU at ``model.spec.dtype``'s precision (bfloat16 or float32)."""
-    try:
-        import openvino  # noqa: F401
-    except ImportError as exc:
-        raise MissingDependency(
-            "the near-exact path needs openvino: pip install 'ember[openvino]'"
-        ) from exc
     precision = model.spec.dtype
-    if precision not in PRECISIONS:
-        raise ConfigError(f"openvino runs bfloat16 or float32 here, not {precision!r}")
+    check_precision(precision)
     from dataclasses import replace
 
     exact = replace(model, spec=replace(model.spec, backend="onnx", dtype="float32", device="cpu"))
