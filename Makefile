@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # CPU PyTorch first, pinned: a plain `torch` requirement would pull a multi-GB CUDA build.
 # On another machine override, e.g. TORCH_SPEC="torch==2.13.0 --index-url <your CPU index>".
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= torch,onnx,ct2,media,default-model,modal,bentoml,runpod,sagemaker,jobs,ray,bench,otel,test
+EXTRAS ?= torch,onnx,openvino,ct2,media,default-model,modal,bentoml,runpod,sagemaker,jobs,ray,bench,otel,test
 PORT ?= 7997
 STAMP  := $(VENV)/.installed
 

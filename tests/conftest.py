@@ -51,7 +51,10 @@ def tiny_classifier_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server(
     minilm_path: Path, tiny_reranker_path: Path, tiny_classifier_path: Path
 ) -> Iterator[ServerProcess]:
-    """`ember serve` as a user runs it: three models, an API key, small limits."""
+    """`ember serve` as a user runs it: three models, an API key, small limits, on the
+    exact path (``--dtype float32``): the tests on it compare with the reference libraries
+    at float32's tolerances, on any CPU kind; auto's near-exact bf16 choice has its own
+    (tests/unit/test_near_exact.py, tests/integration/test_near_exact_serving.py)."""
     models = f"{minilm_path};{tiny_reranker_path};{tiny_classifier_path}"
     names = "minilm;reranker;classifier"
     with start_server(
@@ -68,6 +71,8 @@ def server(
             "64",
             "--max-batch-tokens",
             "4096",
+            "--dtype",
+            "float32",
         ],
         api_key=API_KEY,
     ) as proc:

@@ -98,7 +98,9 @@ class ServerSettings(BaseSettings):
     )
     device: str | None = _per_model("auto|cpu|cuda|mps.", "auto")
     dtype: str | None = _per_model(
-        "auto|float32|float16|bfloat16|int8; auto is float32 on CPU, float16 on CUDA.", "auto"
+        "auto|float32|float16|bfloat16|int8; auto is float16 on CUDA, float32 on CPU (under "
+        "--backend auto: bf16 where the CPU has it natively and a probe finds it near-exact).",
+        "auto",
     )
     pooling: str | None = _per_model("auto|cls|mean|last|max; auto reads 1_Pooling.", "auto")
     embedding_dtype: str | None = _per_model(

@@ -51,6 +51,26 @@ def int8_dot_product() -> str:
     return "vnni" if __cpu_features__.get("AVX512VNNI") else "x86"
 
 
+def native_bf16() -> str | None:
+    """The unit that multiplies bfloat16 natively on this CPU: ``"amx"`` (AMX-BF16 tiles),
+    ``"avx512_bf16"``, or None (bf16 is then emulated and slower than float32).
+
+    Why it matters: ``--backend auto`` serves a bf16 path where the CPU has one and it
+    stays near-exact (``ember.backends.near_exact``). AVX512-BF16 is read from numpy's CPUID
+    probe, as ``int8_dot_product`` reads VNNI (an emulated CPU is seen as the one it
+    emulates); AMX, which numpy does not probe, from the kernel's flags."""
+    from numpy._core._multiarray_umath import __cpu_features__
+
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            flags = next((line.split() for line in info if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    if "amx_bf16" in flags:
+        return "amx"
+    return "avx512_bf16" if __cpu_features__.get("AVX512BF16") else None
+
+
 def physical_cores() -> int:
     """Physical cores we may run on: SMT siblings share one core's matmul units."""
     try:

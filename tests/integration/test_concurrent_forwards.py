@@ -40,8 +40,12 @@ async def test_two_workers_overlap_and_match_one(minilm_path: Path) -> None:
             self.inner.close()
 
     texts = [f"sentence number {i} about retrieval" for i in range(64)]
-    settings = settings_from_env(
-        model_id=str(minilm_path), device="cpu", forward_workers=2, max_batch_size="8"
+    settings = settings_from_env(  # float32: batch-invariant to 1e-5 on any CPU kind
+        model_id=str(minilm_path),
+        device="cpu",
+        dtype="float32",
+        forward_workers=2,
+        max_batch_size="8",
     )
     engines = EngineArray(settings.model_specs(), backend_loader=Tracking)
     await engines.start()

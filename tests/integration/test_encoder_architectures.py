@@ -61,6 +61,7 @@ def server(
     failure is its own."""
     name, backend = request.param
     args = ["--model-id", str(paths[name]), "--served-model-name", name]
+    args += ["--dtype", "float32"]  # auto's exact path too: the fp32 bar on any CPU kind
     with start_server([*args, "--backend", backend, "--cache-dir", str(cache)]) as running:
         yield name, backend, running
 

@@ -131,9 +131,10 @@ def test_auto_serves_clip_on_onnx_and_siglip_on_torch(
     paths: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """`--backend auto` on a CPU (choice.py: CLIP measured faster on onnx, SigLIP not),
-    each at the fp32 bar."""
+    each at the fp32 bar: on the exact path (``--dtype float32``), on any CPU kind (auto's
+    near-exact towers: tests/unit/test_near_exact.py)."""
     args = ["--model-id", ";".join(str(paths[k]) for k in KINDS)]
-    args += ["--served-model-name", ";".join(KINDS), "--device", "cpu"]
+    args += ["--served-model-name", ";".join(KINDS), "--device", "cpu", "--dtype", "float32"]
     args += ["--cache-dir", str(tmp_path_factory.mktemp("cache-auto"))]
     with start_server(args) as server:
         with server.client() as client:

@@ -17,10 +17,14 @@ TEXTS = mixed_texts(60)
 
 @pytest.fixture(scope="module")
 def engine(minilm_path: Path, tiny_reranker_path: Path, tiny_classifier_path: Path):
+    """auto's backend on its exact path (``dtype="float32"``): the references' float32
+    tolerances hold on any CPU kind. The near-exact default (bf16 where the CPU has it and
+    the probe holds) is held to its own bar in tests/integration/test_near_exact_serving.py."""
     with SyncEngineArray(
         model_id=[str(minilm_path), str(tiny_reranker_path), str(tiny_classifier_path)],
         served_model_name=["minilm", "reranker", "classifier"],
         device="cpu",
+        dtype="float32",
         max_batch_size="16",
     ) as ember:
         yield ember
@@ -33,7 +37,7 @@ def test_embeddings_match_sentence_transformers(engine: SyncEngineArray, minilm_
         TEXTS, batch_size=8, convert_to_numpy=True
     )
     ours = engine.embed(TEXTS, model="minilm")
-    # No --backend: this is the default path, whichever backend auto chose here.
+    # No --backend: the backend auto chose here, on its exact path.
     minilm = engine.engines.get("minilm")
     assert minilm.backend.info.details["chosen"].startswith("auto: ")
     declared = getattr(minilm.backend, "padding", None)  # onnx on CPU declares its own
@@ -72,7 +76,7 @@ def test_rerank_matches_cross_encoder(engine: SyncEngineArray, tiny_reranker_pat
 def test_rerank_follows_a_saved_identity_activation(tiny_reranker_path: Path, tmp_path: Path):
     """A CrossEncoder saved with activation_fn Identity (config_sentence_transformers.json,
     as sentence-transformers 6.2 writes it): predict's scores are the raw logits, and so
-    is relevance_score here, on every backend auto might pick."""
+    is relevance_score here, on every backend auto might pick (on its exact path)."""
     from sentence_transformers import CrossEncoder
 
     saved = CrossEncoder(str(tiny_reranker_path), device="cpu", activation_fn=torch.nn.Identity())
@@ -82,7 +86,8 @@ def test_rerank_follows_a_saved_identity_activation(tiny_reranker_path: Path, tm
     query, docs = "what is a dense retriever?", TEXTS[:8]
     expected = reference.predict([(query, d) for d in docs])
     assert (expected < 0).any() or (expected > 1).any()  # not a probability: raw logits
-    with SyncEngineArray(model_id=str(tmp_path / "identity"), device="cpu") as ember:
+    identity = str(tmp_path / "identity")
+    with SyncEngineArray(model_id=identity, device="cpu", dtype="float32") as ember:
         scores = ember.rerank(query, docs)
         raw = ember.rerank(query, docs, raw_scores=True)
     np.testing.assert_allclose(scores, expected, atol=1e-4)

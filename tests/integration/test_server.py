@@ -97,8 +97,23 @@ def test_models_list(oai: openai.OpenAI) -> None:
     expected = choice.choose_backend(resolve_model(ModelSpec(model_id=""))).backend
     for model in models:
         extra = model.model_dump()
-        assert extra["backend"] == expected
+        assert extra["backend"] == expected and extra["dtype"] == "float32"
         assert extra["backend_details"]["chosen"].startswith("auto: ")
+
+
+def test_the_exact_path_asked_for_is_reported(server: ServerProcess) -> None:
+    """/v1/models and /info name the path served and why: here ``--dtype float32``, which
+    keeps auto off its near-exact bf16 path on any CPU (that path's own reports:
+    tests/integration/test_near_exact_serving.py)."""
+    with server.client() as http:
+        listed = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
+        info = http.get("/info").json()
+    minilm = listed["minilm"]
+    chosen = minilm["backend_details"]["chosen"]
+    assert info["backend_details"] == minilm["backend_details"]
+    assert (info["backend"], info["model_dtype"]) == (minilm["backend"], minilm["dtype"])
+    if minilm["backend"] == "onnx":  # auto on a CPU (else torch, on a visible accelerator)
+        assert chosen.endswith("; float32 (--dtype float32 asked for: the exact path)"), chosen
 
 
 def test_cohere_rerank(server: ServerProcess) -> None:

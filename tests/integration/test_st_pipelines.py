@@ -147,7 +147,9 @@ def test_prompted_and_plain_rows_in_one_batch(served: SyncEngineArray, reference
 @pytest.fixture(scope="module")
 def server(paths: dict[str, Path]) -> Iterator[ServerProcess]:
     models = ";".join(str(p) for p in paths.values())
-    with start_server(["--model-id", models, "--served-model-name", ";".join(paths)]) as s:
+    # The exact path (cosine >= 0.9999 to sentence-transformers on any CPU kind).
+    args = ["--model-id", models, "--served-model-name", ";".join(paths), "--dtype", "float32"]
+    with start_server(args) as s:
         yield s
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ember import cpu
 from ember.backends import choice, load_backend
 from ember.config import ServerSettings
 from ember.families.resolve import resolve_model
@@ -23,6 +24,7 @@ def cpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """No accelerator and onnxruntime present, whatever this machine has."""
     monkeypatch.setattr(choice, "accelerator_visible", lambda: None)
     monkeypatch.setattr(choice, "onnxruntime_installed", lambda: True)
+    monkeypatch.setattr(cpu, "native_bf16", lambda: None)  # fp32: test_near_exact forces bf16
 
 
 def _minilm(**spec: object) -> ResolvedModel:
@@ -119,7 +121,10 @@ def test_loaded_backend_reports_the_choice(tmp_path: Path) -> None:
     backend = load_backend(_minilm(device="cpu", cache_dir=tmp_path))
     try:
         assert backend.info.name == "onnx"
-        assert backend.info.details["chosen"] == "auto: CPU with onnxruntime installed"
+        assert backend.info.details["chosen"] == (
+            "auto: CPU with onnxruntime installed; "
+            "float32 (this CPU has no native bf16 (AVX512-BF16 or AMX))"
+        )
     finally:
         backend.close()
 
@@ -134,7 +139,9 @@ def test_when_the_chosen_onnx_fails_torch_serves_and_says_why(tmp_path: Path) ->
         assert backend.info.name == "torch"
         chosen = backend.info.details["chosen"]
         assert chosen.startswith("auto: CPU with onnxruntime installed, but onnx failed (")
-        assert chosen.endswith("), so torch")
+        assert chosen.endswith(
+            "), so torch; float32 (this CPU has no native bf16 (AVX512-BF16 or AMX))"
+        )
     finally:
         backend.close()
 

@@ -415,6 +415,7 @@ def tei_info(engines: EngineArray, version: str, max_client_batch_size: int) -> 
         model_dtype=first.backend.info.dtype,
         model_type=model_type,
         backend=first.backend.info.name,
+        backend_details=first.backend.info.details,  # /v1/models' too: what auto chose, why
         device=first.backend.info.device,
         max_input_length=first.processor.max_length,
         dimensions=dense_dimensions(m),

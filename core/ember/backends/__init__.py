@@ -68,6 +68,19 @@ def load_backend(model: ResolvedModel) -> Backend:
         )
         reason = f"{reason}, but {choice.backend} failed ({failure}), so torch"
         backend = _load("torch", replace(model, spec=replace(model.spec, backend="torch")))
+    if choice.exported or choice.only:
+        return _report(backend, reason)
+    from ember.backends.near_exact import settle
+
+    backend, precision = settle(model, backend)
+    if precision is None:
+        return _report(backend, reason)
+    log.info("model %s: auto serves %s", model.served_name, precision)
+    return _report(backend, f"{reason}; {precision}")
+
+
+def _report(backend: Backend, reason: str) -> Backend:
+    """The backend with auto's choice, and why, in its details (/v1/models, /info)."""
     details = {**backend.info.details, "chosen": f"auto: {reason}"}
     backend.info = replace(backend.info, details=details)
     return backend

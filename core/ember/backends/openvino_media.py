@@ -1,0 +1,81 @@
+"""OpenVINO on the CPU for dual encoders (CLIP, SigLIP): the onnx backend's float32 tower
+graphs, each compiled at bfloat16 precision.
+
+The towers' side of ``--backend auto``'s near-exact path (``ember.backends.near_exact``):
+the same cached graphs ``onnx_media_export`` builds, fed as ``OnnxMediaBackend`` feeds
+them, returning the projected embedding the dense head normalises.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ember.backends.base import BackendDefaults
+from ember.backends.onnx_export import import_ort
+from ember.backends.onnx_media_export import OUTPUT, TOWER_FILES, media_plan, prepare
+from ember.backends.openvino_backend import backend_info, check_precision, compile_graph
+from ember.batch import EMBEDDINGS, Batch, FeatureBatch, Outputs
+from ember.cpu import cpu_forward_plan, physical_cores
+from ember.errors import ConfigError
+from ember.models.spec import ResolvedModel
+
+
+class OpenVinoMediaBackend(BackendDefaults):
+    """A compiled graph per tower; each forward thread runs its own infer requests."""
+
+    def __init__(self, model: ResolvedModel, directory: Any, precision: str) -> None:
+        self.parallel_forwards, threads = cpu_forward_plan(
+            model.spec.forward_workers, physical_cores()
+        )
+        self.compiled: dict[str, Any] = {}
+        self._inputs: dict[str, dict[str, np.dtype]] = {}
+        for modality in model.family.modalities:
+            path = directory / TOWER_FILES[modality]
+            compiled = compile_graph(path, precision, self.parallel_forwards, threads)
+            self.compiled[modality] = compiled
+            self._inputs[modality] = {
+                i.get_any_name(): np.dtype(i.get_element_type().to_dtype()) for i in compiled.inputs
+            }
+        self._local = threading.local()
+        threading_plan = f"{self.parallel_forwards}x{threads}"
+        towers = ",".join(model.family.modalities)
+        self.info = backend_info(model, directory, precision, threading_plan, towers=towers)
+
+    def _request(self, modality: str) -> Any:
+        requests = getattr(self._local, "requests", None)
+        if requests is None:
+            requests = self._local.requests = {}
+        if modality not in requests:
+            requests[modality] = self.compiled[modality].create_infer_request()
+        return requests[modality]
+
+    def forward(self, batch: Batch) -> Outputs:
+        if not isinstance(batch, FeatureBatch):
+            raise ConfigError("a media model's backend takes a FeatureBatch")
+        feeds = {}
+        for name, dtype in self._inputs[batch.modality].items():
+            if name not in batch.arrays:
+                raise ConfigError(
+                    f"the {batch.modality} tower takes {name!r}, which the processor did not "
+                    f"return (it returned {sorted(batch.arrays)})"
+                )
+            feeds[name] = np.ascontiguousarray(batch.arrays[name], dtype=dtype)
+        result = self._request(batch.modality).infer(feeds)
+        return {EMBEDDINGS: np.array(result[OUTPUT], dtype=np.float32)}
+
+    def close(self) -> None:
+        self.compiled = {}
+
+
+def load(model: ResolvedModel) -> OpenVinoMediaBackend:
+    """The towers' float32 graphs (built or cached as the onnx backend does), compiled for
+    this CPU at ``model.spec.dtype``'s precision (bfloat16 or float32)."""
+    precision = model.spec.dtype
+    check_precision(precision)
+    exact = replace(model, spec=replace(model.spec, backend="onnx", dtype="float32", device="cpu"))
+    plan = media_plan(exact, import_ort().get_available_providers())
+    return OpenVinoMediaBackend(model, prepare(exact, plan), precision)
