@@ -16,7 +16,7 @@ import pytest
 from ember import cpu
 from ember.backends import artifacts, choice, load_backend, near_exact
 from ember.backends.base import Backend
-from ember.models.resolve import resolve_model
+from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec, ResolvedModel
 
 

@@ -69,7 +69,7 @@ def applies(model: ResolvedModel, reference: Backend) -> str | None:
     """Why the check does not run for ``model`` served by ``reference``; None if it does."""
     if model.spec.dtype != "auto":
         return f"--dtype {model.spec.dtype} asked for: the exact path"
-    if model.backbone not in PROBED or model.llm is not None:
+    if model.backbone not in PROBED or model.facts.answer_tokens:
         return f"no near-exact probe for {model.family.name} models yet"
     if model.task_adapters or not model.family.runs_on("onnx"):
         return f"{model.family.name} models have no ONNX graph for {CANDIDATE[0]} to run"
