@@ -50,7 +50,7 @@ def _load_routes(model: ResolvedModel) -> Backend:
     try:
         for route, sub in model.routes.models.items():
             if only := sub.family.only_backend:
-                sub = replace(sub, spec=replace(sub.spec, backend=only))
+                sub = sub.on_backend(only)
             loaded[route] = load_backend(sub)
     except BaseException:
         for backend in loaded.values():
@@ -69,15 +69,14 @@ def load_backend(model: ResolvedModel) -> Backend:
 
     if model.routes is not None:
         return _load_routes(model)
-    if model.spec.backend != AUTO:
-        _check_serves(model, model.spec.backend)
-        return _load(model.spec.backend, model)
+    if model.runtime.backend != AUTO:
+        _check_serves(model, model.runtime.backend)
+        return _load(model.runtime.backend, model)
     choice = choose_backend(model)
     log.info("model %s: backend auto -> %s (%s)", model.served_name, choice.backend, choice.reason)
-    spec = replace(model.spec, backend=choice.backend, device=choice.device or model.spec.device)
     reason = choice.reason
     try:
-        backend = _load(choice.backend, replace(model, spec=spec))
+        backend = _load(choice.backend, model.on_backend(choice.backend, choice.device))
     except Exception as exc:
         if choice.backend == "torch" or choice.exported or choice.only:
             raise
@@ -90,7 +89,7 @@ def load_backend(model: ResolvedModel) -> Backend:
             failure,
         )
         reason = f"{reason}, but {choice.backend} failed ({failure}), so torch"
-        backend = _load("torch", replace(model, spec=replace(model.spec, backend="torch")))
+        backend = _load("torch", model.on_backend("torch"))
     details = {**backend.info.details, "chosen": f"auto: {reason}"}
     backend.info = replace(backend.info, details=details)
     return backend

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+
+from ember.backend_settings import BackendSettings
 
 if TYPE_CHECKING:
     from ember.capabilities import Backbone
@@ -138,14 +140,24 @@ class ResolvedModel:
     # What a reranker's relevance_score is of its logit: sigmoid, or the logit itself (a
     # CrossEncoder saved with activation_fn Identity).
     rerank_activation: Literal["sigmoid", "none"] = "sigmoid"
+    # What a backend is told of the settings (built from ``spec`` here, once): backends
+    # read this, never ``spec``.
+    runtime: BackendSettings = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "runtime", BackendSettings.of(self.spec))
         if self.family is None:
             from ember.families import for_task
 
             object.__setattr__(self, "family", for_task(self.task))
         if self.root is None:
             object.__setattr__(self, "root", self.path)
+
+    def on_backend(self, backend: str, device: str | None = None) -> ResolvedModel:
+        """This model as loaded on ``backend`` (and ``device``, if given): what the loader
+        hands the backend it picked for ``auto``, or the one a family alone runs on."""
+        spec = replace(self.spec, backend=backend, device=device or self.spec.device)
+        return replace(self, spec=spec)
 
     @property
     def poolings(self) -> tuple[Pooling, ...]:
