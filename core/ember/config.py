@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, PrivateAttr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ember.backends.registry import BACKEND_NAMES
+from ember.backend_table import BACKEND_NAMES
 from ember.config_limits import reconcile_limits
 from ember.config_values import (
+    PER_MODEL_FIELDS,
     at_least_one,
     buckets,
     choice,
+    env_var,
     flag,
     nice_level,
     split_values,
@@ -54,23 +56,6 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16", "int8")
 # /v1/embeddings' vector types: Infinity's names for Cohere's types (ember.heads.quantize).
 EMBEDDING_DTYPES = ("float32", "int8", "uint8", "binary", "ubinary")
-
-# Fields that take one value per served model.
-PER_MODEL_FIELDS = (
-    "model_id",
-    "served_model_name",
-    "task",
-    "backend",
-    "device",
-    "dtype",
-    "pooling",
-    "embedding_dtype",
-    "revision",
-    "max_batch_tokens",
-    "max_batch_size",
-    "max_queue_size",
-    "instruction",
-)
 
 
 def _per_model(description: str, default: str | None = None) -> Any:
@@ -458,6 +443,25 @@ def _positive_int(name: str, value: str | None) -> int:
     return at_least_one(name, number)
 
 
+def ember_env(environ: Mapping[str, str] | None = None, platform: str = "") -> dict[str, str]:
+    """What an environment sets through ``EMBER_*`` variables, by name, read as the settings
+    read them: names case-insensitive, values stripped, an empty value setting nothing (the
+    default holds). A setting's name (``EMBER_MODEL_ID`` is ``model_id``), or with
+    ``platform`` that platform's own knobs (``EMBER_MODAL_GPU`` is ``gpu`` for ``modal``).
+
+    For adapters, which act on what was set before settings resolve (which weights to bake,
+    whether a limit was asked for or is theirs to pick): they ask here rather than parse
+    the variables themselves. ``environ`` defaults to this process's.
+    """
+    head = f"EMBER_{platform.upper()}_" if platform else "EMBER_"
+    found = {}
+    for key, value in (os.environ if environ is None else environ).items():
+        name = key.upper()
+        if name.startswith(head) and value.strip():
+            found[name[len(head) :].lower()] = value.strip()
+    return found
+
+
 def settings_from_env(
     *, infinity_flags: Mapping[str, Any] | None = None, **overrides: Any
 ) -> ServerSettings:
@@ -522,7 +526,3 @@ def otlp_export(settings: ServerSettings) -> tuple[str | None, str] | None:
             f"{' or '.join(OTLP_PROTOCOLS)}"
         )
     return settings.otlp_endpoint or None, protocol.strip()
-
-
-def env_var(field_name: str) -> str:
-    return f"EMBER_{field_name.upper()}"

@@ -1,9 +1,32 @@
-"""Parsing and range checks of setting values, each refusal naming its flag: what
-``ember.config`` applies to every setting it resolves."""
+"""Settings' names, and the parsing and range checks of their values, each refusal
+naming its flag: what ``ember.config`` applies to every setting it resolves."""
 
 from __future__ import annotations
 
+from ember.backend_settings import normalize_buckets
 from ember.errors import ConfigError
+
+# Fields that take one value per served model.
+PER_MODEL_FIELDS = (
+    "model_id",
+    "served_model_name",
+    "task",
+    "backend",
+    "device",
+    "dtype",
+    "pooling",
+    "embedding_dtype",
+    "revision",
+    "max_batch_tokens",
+    "max_batch_size",
+    "max_queue_size",
+    "instruction",
+)
+
+
+def env_var(field_name: str) -> str:
+    """The ``EMBER_*`` variable of a setting."""
+    return f"EMBER_{field_name.upper()}"
 
 
 def split_values(value: str | None) -> list[str]:
@@ -39,8 +62,6 @@ def buckets(name: str, value: str | None) -> tuple[int, ...] | None:
     """Comma-separated sequence lengths, sorted and checked; None when not given."""
     if not value or not value.strip():
         return None
-    from ember.backends.neuron_shapes import normalize_buckets  # the one rule for buckets
-
     try:
         numbers = [int(x) for x in value.split(",") if x.strip()]
     except ValueError:

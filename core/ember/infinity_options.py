@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ember.config import PER_MODEL_FIELDS, ServerSettings, env_var
-from ember.config_values import flag, split_values
+from ember.config_values import PER_MODEL_FIELDS, env_var, flag, split_values
 
 INFINITY_TRUE = frozenset({"true", "t", "1", "yes", "y"})  # Infinity's own reading
 
@@ -282,6 +281,6 @@ def translate_infinity_values(overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def infinity_cli_options() -> list[InfinityOption]:
-    """Infinity's v2 flags that `ember serve` adds (those it shares are Ember's own)."""
-    fields = ServerSettings.model_fields
-    return [o for o in INFINITY_OPTIONS if o.flag and o.name not in fields]
+    """Infinity's v2 flags that `ember serve` adds: those it shares are Ember's own, the
+    options named as the Ember setting they set."""
+    return [o for o in INFINITY_OPTIONS if o.flag and o.name != o.setting]

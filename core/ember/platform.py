@@ -28,7 +28,7 @@ from ember.api.middleware import ASGIApp
 from ember.api.routes import ROUTES_BY_PATH, ModelRoute
 from ember.backends.choice import AUTO, choose_backend, exported_backend
 from ember.backends.registry import import_backend
-from ember.config import ServerSettings, otlp_export, settings_from_env
+from ember.config import ServerSettings, ember_env, otlp_export, settings_from_env
 from ember.engine.array import EngineArray
 from ember.engine.loop import EngineLoop
 from ember.errors import BadRequest, ConfigError, EmberError, NotFound
@@ -59,6 +59,7 @@ __all__ = [
     "dispatch_invocation",
     "dispatch_jsonlines",
     "dispatch_route",
+    "ember_env",
     "env_int",
     "exported_backend",
     "fan_out",

@@ -34,6 +34,7 @@ from ember.engine import EngineArray
 from ember.platform import (
     concurrency_limits,
     create_app,
+    ember_env,
     env_int,
     read_pins,
     settings_from_env,
@@ -89,10 +90,11 @@ BAKED_SRC = "./src/platforms/bake.py"  # where build_include puts platforms/bake
 def bake_command(env: dict[str, str]) -> str | None:
     """The weight download, naming the model ids and revisions and nothing else (so no
     other setting invalidates the layer); None when the packaged default model serves."""
-    ids = env.get("EMBER_MODEL_ID", "").strip()
+    given = ember_env(env)
+    ids = given.get("model_id")
     if not ids:
         return None
-    revisions = env.get("EMBER_REVISION", "").strip()
+    revisions = given.get("revision", "")
     return (
         f"mkdir -p {BAKED_HF_HOME} && HF_HOME={BAKED_HF_HOME} python {BAKED_SRC} "
         f"{shlex.quote(ids)} {shlex.quote(revisions)}"

@@ -60,6 +60,7 @@ from ember.platform import (
     concurrency_limits,
     create_app,
     dispatch_invocation,
+    ember_env,
     env_int,
     prefetch,
     preload_runtime,
@@ -92,10 +93,11 @@ def constraint_pins(section: str) -> list[str]:
 def bake_command(env: Mapping[str, str]) -> str | None:
     """The build step that downloads the weights: it names the model ids and revisions and
     nothing else, so no other setting (the API key included) invalidates the layer."""
-    ids = env.get("EMBER_MODEL_ID", "").strip()
+    given = ember_env(env)
+    ids = given.get("model_id")
     if not ids:
         return None  # the packaged all-MiniLM-L6-v2 (a pinned package) is served
-    revisions = env.get("EMBER_REVISION", "").strip()
+    revisions = given.get("revision", "")
     return f"python {BAKE_PATH} {shlex.quote(ids)} {shlex.quote(revisions)}"
 
 
@@ -134,7 +136,7 @@ def secrets(env: Mapping[str, str]) -> list[modal.Secret]:
     found = []
     if name := env.get("EMBER_MODAL_SECRET", "").strip():
         found.append(modal.Secret.from_name(name))
-    if key := env.get("EMBER_API_KEY", "").strip():
+    if key := ember_env(env).get("api_key"):
         found.append(modal.Secret.from_dict({"EMBER_API_KEY": key}))
     return found
 

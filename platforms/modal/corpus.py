@@ -42,6 +42,7 @@ from ember.platform import (
     JobOptions,
     ShardTask,
     build_engines,
+    ember_env,
     env_int,
     fan_out,
     job_identity,
@@ -76,9 +77,9 @@ def build_image() -> modal.Image:
         pins = read_pins("modal", CONSTRAINTS) + read_pins("modal-corpus", CONSTRAINTS)
         image = image.uv_pip_install(*pins)
     image = image.env({"HF_HOME": HF_HOME, "TOKENIZERS_PARALLELISM": "false"})
-    ids = MODEL_ENV.get("EMBER_MODEL_ID", "").strip()
-    if ids:  # none: the packaged all-MiniLM-L6-v2 (a pinned package) is used
-        revisions = MODEL_ENV.get("EMBER_REVISION", "").strip()
+    given = ember_env(MODEL_ENV)
+    if ids := given.get("model_id"):  # none: the packaged all-MiniLM-L6-v2 is used
+        revisions = given.get("revision", "")
         image = (
             image.add_local_file(str(BAKE_SCRIPT), BAKE_PATH, copy=True)
             .run_commands(f"python {BAKE_PATH} {shlex.quote(ids)} {shlex.quote(revisions)}")

@@ -62,6 +62,7 @@ from ember.platform import (
     configure_logging,
     dispatch_invocation,
     dispatch_route,
+    ember_env,
     settings_from_env,
 )
 
@@ -115,10 +116,11 @@ def model_overrides(env: Mapping[str, str]) -> dict[str, Any]:
     fields do not change with where the weights came from.
     """
     cache = Path(env.get(MODEL_CACHE_ENV) or RUNPOD_MODEL_CACHE)
-    ids = [p.strip() for p in env.get("EMBER_MODEL_ID", "").split(";") if p.strip()]
+    given = ember_env(env)
+    ids = [p.strip() for p in given.get("model_id", "").split(";") if p.strip()]
     if not ids or not cache.is_dir():
         return {}
-    revisions = [p.strip() for p in env.get("EMBER_REVISION", "").split(";")]
+    revisions = [p.strip() for p in given.get("revision", "").split(";")]
     paths: list[str] = []
     for i, model_id in enumerate(ids):
         revision = revisions[i] if i < len(revisions) and revisions[i] else None
@@ -129,7 +131,7 @@ def model_overrides(env: Mapping[str, str]) -> dict[str, Any]:
     if paths == ids:
         return {}
     overrides: dict[str, Any] = {"model_id": ";".join(paths)}
-    if not env.get("EMBER_SERVED_MODEL_NAME", "").strip():
+    if "served_model_name" not in given:
         overrides["served_model_name"] = ";".join(ids)
     return overrides
 

@@ -50,6 +50,7 @@ from ember.platform import (
     create_app,
     dispatch_invocation,
     dispatch_jsonlines,
+    ember_env,
     exported_backend,
     settings_from_env,
 )
@@ -91,13 +92,14 @@ def find_model_dir(root: Path) -> Path | None:
 
 def model_overrides(env: Mapping[str, str]) -> dict[str, Any]:
     """Settings overrides that pick the model per the order in the module docstring."""
-    if env.get("EMBER_MODEL_ID", "").strip():
+    given = ember_env(env)
+    if "model_id" in given:
         return {}
     model_dir = find_model_dir(Path(env.get(MODEL_DIR_ENV, str(SAGEMAKER_MODEL_DIR))))
     if model_dir is not None:
         overrides: dict[str, Any] = {"model_id": str(model_dir)}
         backend = exported_backend(model_dir)
-        if backend is not None and not env.get("EMBER_BACKEND"):
+        if backend is not None and "backend" not in given:
             overrides["backend"] = backend
         return overrides
     if env.get("HF_MODEL_ID", "").strip():
@@ -121,7 +123,8 @@ def invocation_limits(
     raw = env.get(INVOCATION_TIMEOUT_ENV, "").strip()
     cap = float(raw) if raw else REALTIME_INVOCATION_TIMEOUT_S
     ceiling = max(1.0, cap - ANSWER_MARGIN_S)
-    timeout = configured_timeout if env.get("EMBER_REQUEST_TIMEOUT", "").strip() else ceiling
+    given = ember_env(env)
+    timeout = configured_timeout if "request_timeout" in given else ceiling
     if timeout > ceiling:
         log.warning(
             "EMBER_REQUEST_TIMEOUT=%s is past SageMaker's %s s invocation limit: using %s s so "
@@ -131,7 +134,7 @@ def invocation_limits(
             ceiling,
         )
         timeout = ceiling
-    payload = None if env.get("EMBER_PAYLOAD_LIMIT", "").strip() else REALTIME_PAYLOAD_BYTES
+    payload = None if "payload_limit" in given else REALTIME_PAYLOAD_BYTES
     return timeout, payload
 
 

@@ -148,3 +148,21 @@ def test_only_the_settings_read_ember_variables() -> None:
         if path.name != "config.py" and reads.search(path.read_text())
     ]
     assert offenders == []
+
+
+def test_ember_env_reads_what_an_environment_sets_as_the_settings_do() -> None:
+    """Adapters ask the core what was set (ember.config.ember_env) instead of parsing
+    EMBER_* themselves: names case-insensitive, values stripped, empty ones unset."""
+    env = {
+        "EMBER_MODEL_ID": " a;b ",
+        "ember_revision": "v2",
+        "EMBER_BACKEND": "  ",
+        "EMBER_MODAL_GPU": "L4",
+        "EMBER_MODAL_SECRET": "",
+        "HF_TOKEN": "x",
+    }
+    from ember.config import ember_env
+
+    assert ember_env(env) == {"model_id": "a;b", "revision": "v2", "modal_gpu": "L4"}
+    assert ember_env(env, "modal") == {"gpu": "L4"}
+    assert ember_env({}, "bentoml") == {}

@@ -187,3 +187,12 @@ def test_migration_page_lists_every_option() -> None:
             assert f"`--{option.name.replace('_', '-')}`" in page, option.name
         assert f"`INFINITY_{option.name.upper()}`" in page, option.name
     assert "docs/migrating-from-infinity.md" in (REPO / "README.md").read_text()
+
+
+def test_an_option_shares_its_name_only_with_the_setting_it_sets() -> None:
+    """`ember serve` adds Infinity's flags not named as an Ember setting
+    (``infinity_cli_options``, which reads no ServerSettings: ember.config reads it)."""
+    fields = ServerSettings.model_fields
+    for option in INFINITY_OPTIONS:
+        assert option.setting is None or option.setting in fields, option.name
+        assert (option.name in fields) == (option.setting == option.name), option.name

@@ -1,44 +1,114 @@
-"""Settings flow one way: the layers under the settings (models, families, processors,
-heads, backends, media, the shared batch types) import neither the settings nor anything
-above them, lazily or not; what they share with the settings is ember.defaults."""
+"""The layer map (``tests/unit/layer_map.py``) holds: every module of core/ember has a band,
+no import cycle (lazy imports included), no forbidden arrow, and backends read the settings
+they are given rather than the model's spec. Each failure names the arrow or cycle and the
+rule it breaks."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "core" / "ember"
-LOWER = ("models", "families", "processors", "heads", "backends", "media")
-LOWER_MODULES = ("batch.py", "capabilities.py", "defaults.py", "errors.py", "cpu.py")
-UPPER = ("ember.config", "ember.api", "ember.engine", "ember.jobs", "ember.cli", "ember.platform")
+import pytest
+
+from tests.unit import layer_map as lm
+
+MODULES, ARROWS = lm.arrows()
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            found.append((node.lineno, node.module))
-        elif isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-    return found
+def test_every_module_has_a_band() -> None:
+    unplaced = [m for m in MODULES if lm.band_of(m) is None]
+    assert not unplaced, "modules with no band in tests/unit/layer_map.py BANDS: " + ", ".join(
+        unplaced
+    )
 
 
-def _lower_modules() -> list[Path]:
-    paths = [p for d in LOWER for p in sorted((PACKAGE / d).rglob("*.py"))]
-    return paths + [PACKAGE / name for name in LOWER_MODULES]
+def test_no_import_cycle() -> None:
+    report = lm.cycle_report(MODULES, ARROWS)
+    assert not report, "\n".join(report)
 
 
-def test_lower_layers_import_nothing_above_them() -> None:
-    offenders = [
-        f"{path.relative_to(PACKAGE)}:{line}: {module}"
-        for path in _lower_modules()
-        for line, module in _imports(path)
-        if any(module == up or module.startswith(up + ".") for up in UPPER)
-    ]
-    assert not offenders, "\n".join(offenders)
+def test_no_forbidden_arrow() -> None:
+    report = lm.arrow_report(ARROWS)
+    assert not report, "\n".join(report)
 
 
-def test_the_scan_sees_imports(tmp_path: Path) -> None:
-    sample = tmp_path / "x.py"
-    sample.write_text("def f():\n    from ember.config import ServerSettings\n")
-    assert _imports(sample) == [(2, "ember.config")]
+def test_backends_read_settings_not_the_spec() -> None:
+    """A backend is told the few settings it needs (``ResolvedModel.runtime``, an
+    ``ember.backend_settings.BackendSettings``), never the whole ``ModelSpec``."""
+    backends = lm.CORE / "ember" / "backends"
+    reads = sorted(
+        f"{path.relative_to(lm.CORE)}:{node.lineno}: .spec"
+        for path in sorted(backends.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute) and node.attr == "spec"
+    )
+    assert not reads, "backends read model.spec (use model.runtime):\n" + "\n".join(reads)
+
+
+# ---- the checker itself: it sees what it must, and its rules fire ------------------------
+
+
+def test_the_scan_counts_lazy_imports_and_not_type_checking_ones() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from ember.engine import Engine\n"
+        "else:\n"
+        "    import ember.logs\n"
+        "def f():\n"
+        "    from ember.config import ServerSettings\n"
+        "    from . import sibling\n"
+        "    from ..heads import dense\n"
+    )
+    found = lm.scan(source, "ember.models")
+    names = [name for name, _ in found]
+    assert ("ember.config.ServerSettings", 7) in found
+    assert "ember.logs" in names
+    assert "ember.models.sibling" in names
+    assert "ember.heads.dense" in names
+    assert not any(name.startswith("ember.engine") for name in names)
+
+
+def test_the_graph_finds_a_cycle_through_a_lazy_import(tmp_path: Path) -> None:
+    package = tmp_path / "ember"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "errors.py").write_text("def f():\n    from ember import capabilities\n")
+    (package / "capabilities.py").write_text("from ember.errors import f\n")
+    modules, found = lm.arrows(tmp_path)
+    report = lm.cycle_report(modules, found)
+    assert len(report) == 1
+    assert "ember.errors -> ember.capabilities (ember/errors.py:2)" in report[0]
+    assert "ember.capabilities -> ember.errors (ember/capabilities.py:1)" in report[0]
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "rule"),
+    [
+        ("ember.errors", "ember.config", "the ground floor imports nothing above it"),
+        ("ember.models.spec", "ember.backends.base", "a lower band imports no higher one"),
+        ("ember.backends.base", "ember.engine.engine", "a lower band imports no higher one"),
+        ("ember.backends.choice", "ember.api.app", "a lower band imports no higher one"),
+        ("ember.config", "ember.backends.registry", "config imports no backend module"),
+        ("ember.api.tei", "ember.backends.torch_backend", "routes (ember.api) import no runtime"),
+        ("ember.api.tei", "torch", "routes (ember.api) import no runtime"),
+    ],
+)
+def test_each_rule_fires(source: str, target: str, rule: str) -> None:
+    found = lm.forbidden(lm.Arrow(source, target, "x.py", 1))
+    assert found is not None and found.startswith(rule)
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        ("ember.engine.engine", "ember.backends.base"),
+        ("ember.config", "ember.models.spec"),
+        ("ember.backends.onnx_backend", "ember.processors.text"),
+        ("ember.platform", "ember.backends.torch_backend"),
+        ("ember.api.operations", "ember.heads.quantize"),
+        ("ember.backends.torch_backend", "torch"),
+    ],
+)
+def test_arrows_down_the_map_stand(source: str, target: str) -> None:
+    assert lm.forbidden(lm.Arrow(source, target, "x.py", 1)) is None

@@ -46,15 +46,14 @@ def load_backend(model: ResolvedModel) -> Backend:
 
     if model.family.load is not None:  # a model made of parts, each on its own backend
         return model.family.load(model, load_backend)
-    if model.spec.backend != AUTO:
-        _check_serves(model, model.spec.backend)
-        return _load(model.spec.backend, model)
+    if model.runtime.backend != AUTO:
+        _check_serves(model, model.runtime.backend)
+        return _load(model.runtime.backend, model)
     choice = choose_backend(model)
     log.info("model %s: backend auto -> %s (%s)", model.served_name, choice.backend, choice.reason)
-    spec = replace(model.spec, backend=choice.backend, device=choice.device or model.spec.device)
     reason = choice.reason
     try:
-        backend = _load(choice.backend, replace(model, spec=spec))
+        backend = _load(choice.backend, model.on_backend(choice.backend, choice.device))
     except Exception as exc:
         if choice.backend == "torch" or choice.exported or choice.only:
             raise
@@ -67,7 +66,7 @@ def load_backend(model: ResolvedModel) -> Backend:
             failure,
         )
         reason = f"{reason}, but {choice.backend} failed ({failure}), so torch"
-        backend = _load("torch", replace(model, spec=replace(model.spec, backend="torch")))
+        backend = _load("torch", model.on_backend("torch"))
     if choice.exported or choice.only:
         return _report(backend, reason)
     from ember.backends.near_exact import settle

@@ -38,9 +38,9 @@ _SMALL_LIMIT = 4 * 1024 * 1024
 
 
 def cache_root(model: ResolvedModel) -> Path:
-    """``--cache-dir`` as the settings put it in the model's spec, else its default."""
-    if model.spec.cache_dir is not None:
-        return Path(model.spec.cache_dir).expanduser()
+    """``--cache-dir`` as the model's runtime settings carry it, else its default."""
+    if model.runtime.cache_dir is not None:
+        return Path(model.runtime.cache_dir).expanduser()
     return default_cache_dir()
 
 
@@ -100,7 +100,7 @@ def artifact_dir(model: ResolvedModel, backend: str, options: Mapping[str, Any])
     """The cache directory this model + options maps to (it may not exist yet)."""
     # Named after the source, not the served name: one model served under two names
     # shares one artifact. The key alone identifies it; the name is for people.
-    source = model.spec.model_id or str(model.path)
+    source = model.runtime.model_id or str(model.path)
     tail = "_".join(source.rstrip("/").split("/")[-2:])  # org_name or dir_model
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", tail).strip("_.")[-60:] or "model"
     return cache_root(model) / backend / f"{name}-{artifact_key(model, backend, options)}"

@@ -93,13 +93,13 @@ def exported_backend(path: Path) -> str | None:
 
 
 def choose_backend(model: ResolvedModel, accelerator: str | None = None) -> Choice:
-    """What serves ``model``, whose spec asks for ``auto``, and the reason in words.
+    """What serves ``model``, whose settings ask for ``auto``, and the reason in words.
 
     ``accelerator`` names the device the model will be served on where it is not visible
     yet (a platform snapshotting memory before its GPU is attached); None looks at this
     machine.
     """
-    spec = model.spec
+    runtime = model.runtime
     if exported := exported_backend(model.path):
         reason = f"the directory is an `ember export --backend {exported}` artifact"
         return Choice(exported, reason, exported=True)
@@ -110,18 +110,18 @@ def choose_backend(model: ResolvedModel, accelerator: str | None = None) -> Choi
     if only := family.only_backend:
         device = "cpu" if REGISTRY[only].cpu_only else None
         return Choice(only, f"{family.name} models run on {only}", device, only=True)
-    int8_on_onnx = spec.dtype == "int8" and family.runs_on("onnx")  # torch has no int8
+    int8_on_onnx = runtime.dtype == "int8" and family.runs_on("onnx")  # torch has no int8
     if not family.runs_on("onnx") or (family.cpu_backend == "torch" and not int8_on_onnx):
         return Choice("torch", f"{family.name} models run on torch (see ember.backends.choice)")
-    if spec.device not in ("auto", "cpu"):
-        return Choice("torch", f"--device {spec.device}")
-    if spec.device == "auto" and (accelerator := accelerator or accelerator_visible()):
+    if runtime.device not in ("auto", "cpu"):
+        return Choice("torch", f"--device {runtime.device}")
+    if runtime.device == "auto" and (accelerator := accelerator or accelerator_visible()):
         return Choice("torch", f"a {accelerator} device is visible")
-    if spec.dtype not in CPU_ONNX_DTYPES:
-        return Choice("torch", f"--dtype {spec.dtype} has no ONNX Runtime CPU path")
-    if spec.torch_compile:
+    if runtime.dtype not in CPU_ONNX_DTYPES:
+        return Choice("torch", f"--dtype {runtime.dtype} has no ONNX Runtime CPU path")
+    if runtime.torch_compile:
         return Choice("torch", "--torch-compile asked for")
-    if spec.trust_remote_code:
+    if runtime.trust_remote_code:
         return Choice("torch", "remote-code models may not export to ONNX")
     if not onnxruntime_installed():
         return Choice("torch", "onnxruntime is not installed (pip install 'ember[onnx]')")

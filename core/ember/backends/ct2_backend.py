@@ -121,7 +121,7 @@ class Plan:
 
 def plan_for(model: ResolvedModel, ct2: Any) -> Plan:
     """Map --device/--dtype to a CTranslate2 device and a compute type it supports."""
-    device = model.spec.device
+    device = model.runtime.device
     cuda = ct2.get_cuda_device_count() > 0
     if device == "auto":
         device = "cuda" if cuda else "cpu"
@@ -129,7 +129,7 @@ def plan_for(model: ResolvedModel, ct2: Any) -> Plan:
         raise ConfigError("--device cuda asked for, but CTranslate2 sees no CUDA device")
     elif device not in ("cpu", "cuda"):
         raise ConfigError(f"the ct2 backend runs on cpu or cuda, not {device!r}")
-    dtype = model.spec.dtype
+    dtype = model.runtime.dtype
     exported = (_export_manifest(model) or {}).get("compute_type")
     if dtype == "auto" and exported:  # an `ember export` directory serves as exported
         dtype = compute = str(exported)
@@ -199,7 +199,7 @@ def save_head(model: ResolvedModel, dst: Path) -> None:
 
     names = HEADS[model.model_type][1]
     net = AutoModelForSequenceClassification.from_pretrained(
-        str(model.path), dtype=torch.float32, trust_remote_code=model.spec.trust_remote_code
+        str(model.path), dtype=torch.float32, trust_remote_code=model.runtime.trust_remote_code
     )
     state = net.state_dict()
     missing = [v for v in names.values() if v not in state]
@@ -223,7 +223,7 @@ def convert(model: ResolvedModel, plan: Plan, out_dir: Path, say: Progress) -> d
         )
     say(f"converting {model.path} to CTranslate2 ({plan.compute_type})")
     converter = _converter_class(ct2)(
-        str(model.path), trust_remote_code=model.spec.trust_remote_code
+        str(model.path), trust_remote_code=model.runtime.trust_remote_code
     )
     try:
         converter.convert(str(out_dir), quantization=plan.compute_type, force=True)
@@ -329,7 +329,7 @@ class Ct2Backend(BackendDefaults):
         self.parallel_forwards, threads = 1, 0
         if plan.device == "cpu":
             self.parallel_forwards, threads = cpu_forward_plan(
-                model.spec.forward_workers, physical_cores()
+                model.runtime.forward_workers, physical_cores()
             )
         try:
             self.encoder = ct2.Encoder(

@@ -67,8 +67,8 @@ class Verdict:
 
 def applies(model: ResolvedModel, reference: Backend) -> str | None:
     """Why the check does not run for ``model`` served by ``reference``; None if it does."""
-    if model.spec.dtype != "auto":
-        return f"--dtype {model.spec.dtype} asked for: the exact path"
+    if model.runtime.dtype != "auto":
+        return f"--dtype {model.runtime.dtype} asked for: the exact path"
     if model.backbone not in PROBED or model.facts.answer_tokens:
         return f"no near-exact probe for {model.family.name} models yet"
     if model.task_adapters or not model.family.runs_on("onnx"):
@@ -184,7 +184,7 @@ def _store(directory: Any, verdict: Verdict, candidate: Sequence[str]) -> None:
 
 
 def load_candidate(model: ResolvedModel) -> Backend:
-    """The near-exact path for ``model`` (whose spec names its dtype): OpenVINO over the
+    """The near-exact path for ``model`` (whose settings name its dtype): OpenVINO over the
     onnx backend's graph, or over its tower graphs for a dual encoder."""
     if model.backbone == "dual-encoder":
         from ember.backends.openvino_media import load as load_towers
@@ -199,7 +199,7 @@ def settle(model: ResolvedModel, reference: Backend) -> tuple[Backend, str | Non
     """The backend that serves ``model`` (``reference``, fp32, or the bf16 candidate) and
     the words /v1/models and the log give for it (None where precision was not auto's to
     choose: another dtype asked for, or not a float32 CPU path)."""
-    asked = model.spec.dtype
+    asked = model.runtime.dtype
     fp32_cpu = reference.info.device == "cpu" and reference.info.dtype == "float32"
     if not fp32_cpu or asked not in ("auto", "float32"):
         return reference, None
@@ -212,9 +212,8 @@ def settle(model: ResolvedModel, reference: Backend) -> tuple[Backend, str | Non
     source = "cached decision" if verdict is not None else "checked now"
     candidate: Backend | None = None
     if verdict is None or verdict.passed:
-        spec = replace(model.spec, backend=name, dtype=dtype, device="cpu")
         try:
-            candidate = load_candidate(replace(model, spec=spec))
+            candidate = load_candidate(model.on_backend(name, "cpu", dtype))
             if verdict is None:
                 verdict = compare(model, reference, candidate)
                 _store(directory, verdict, CANDIDATE)

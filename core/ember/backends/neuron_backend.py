@@ -322,7 +322,7 @@ def load(
 ) -> NeuronBackend:
     """Load an export artifact (or compile a plain model first) onto the NeuronCores.
 
-    ``num_cores`` defaults to the spec's ``--neuron-cores``.
+    ``num_cores`` defaults to the model's ``--neuron-cores``.
     """
     root = model.path if is_neuron_artifact(model.path) else compile_at_load(model, compiler)
     manifest = read_manifest(root)
@@ -333,7 +333,7 @@ def load(
             f"{root} was compiled as {manifest.optimum_class} (task {manifest.task}); "
             f"it cannot serve task {model.task!r}"
         )
-    requested = num_cores if num_cores is not None else model.spec.neuron_cores
+    requested = num_cores if num_cores is not None else model.runtime.neuron_cores
     cores = resolve_num_cores(requested, manifest)
     loader = module_loader or optimum_load
     replicas = [

@@ -6,7 +6,7 @@ model's config/tokenizer files (so ``--model-id DIR`` resolves it like a plain m
 and an artifact manifest (``ember.backends.artifacts``) that records the shapes. A model
 that is not an export is compiled at load, once, into the artifact cache.
 
-Shapes come from the settings through the model's spec (``--neuron-batch-size``,
+Shapes come from the model's runtime settings (``--neuron-batch-size``,
 ``--neuron-sequence-lengths``, ``--neuron-auto-cast``, ``--neuron-cores``). Compiling
 goes through one seam, ``Compiler``: the default calls optimum-neuron
 (``NeuronModelForX.from_pretrained(..., export=True, batch_size=, sequence_length=)``,
@@ -151,7 +151,7 @@ def is_neuron_artifact(path: Path) -> bool:
 
 @dataclass(frozen=True)
 class CompileOptions:
-    """The shapes and casts to compile for, from the model's spec (the settings)."""
+    """The shapes and casts to compile for, from the model's runtime settings."""
 
     batch_size: int
     sequence_lengths: tuple[int, ...]
@@ -177,7 +177,7 @@ class CompileOptions:
 
 
 def compile_options(model: ResolvedModel) -> CompileOptions:
-    """The spec's neuron settings, checked against the model (a spec built without
+    """The model's neuron settings, checked against it (a spec built without
     settings gets the settings' defaults)."""
     if model.facts.answer_tokens:
         raise ConfigError(
@@ -185,26 +185,26 @@ def compile_options(model: ResolvedModel) -> CompileOptions:
             f"{model.architecture}): the neuron backend compiles encoders and sequence "
             "classifiers; use --backend torch or onnx"
         )
-    spec = model.spec
-    batch_size = spec.neuron_batch_size or NEURON_BATCH_SIZE
+    runtime = model.runtime
+    batch_size = runtime.neuron_batch_size or NEURON_BATCH_SIZE
     if batch_size < 1:
         raise ConfigError(f"--neuron-batch-size must be >= 1, got {batch_size}")
-    if spec.neuron_sequence_lengths:
-        buckets = normalize_buckets(spec.neuron_sequence_lengths)
+    if runtime.neuron_sequence_lengths:
+        buckets = normalize_buckets(runtime.neuron_sequence_lengths)
         if buckets[-1] > model.max_length:
             raise ConfigError(
                 f"sequence length {buckets[-1]} exceeds the model's maximum of {model.max_length}"
             )
     else:
         buckets = default_buckets(model.max_length)
-    auto_cast = spec.neuron_auto_cast or None
+    auto_cast = runtime.neuron_auto_cast or None
     if auto_cast is not None and auto_cast not in NEURON_AUTO_CAST:
         raise ConfigError(
             f"--neuron-auto-cast must be one of {'|'.join(NEURON_AUTO_CAST)}, got {auto_cast!r}"
         )
-    if spec.neuron_cores is not None and spec.neuron_cores < 1:
-        raise ConfigError(f"--neuron-cores must be >= 1, got {spec.neuron_cores}")
-    return CompileOptions(batch_size, buckets, auto_cast, spec.neuron_cores)
+    if runtime.neuron_cores is not None and runtime.neuron_cores < 1:
+        raise ConfigError(f"--neuron-cores must be >= 1, got {runtime.neuron_cores}")
+    return CompileOptions(batch_size, buckets, auto_cast, runtime.neuron_cores)
 
 
 # --------------------------------------------------------------------------- compile
@@ -236,7 +236,7 @@ def optimum_compile(
         "export": True,
         "batch_size": batch_size,
         "sequence_length": sequence_length,
-        "trust_remote_code": model.spec.trust_remote_code,
+        "trust_remote_code": model.runtime.trust_remote_code,
     }
     if auto_cast is not None:
         kwargs["auto_cast"] = auto_cast
@@ -292,7 +292,7 @@ def _write(
         num_cores=options.num_cores,
         auto_cast=options.auto_cast,
         auto_cast_type=options.auto_cast_type,
-        source_model=model.spec.model_id,
+        source_model=model.runtime.model_id,
         model_type=model.model_type,
         architecture=model.architecture,
         hidden_size=model.hidden_size,
@@ -337,7 +337,7 @@ def compile_at_load(model: ResolvedModel, compiler: Compiler | None = None) -> P
     log.warning(
         "compiling %s for Neuron at load (batch %d, buckets %s); this takes minutes — "
         "`ember export --backend neuron` does it once ahead of time",
-        model.spec.model_id,
+        model.runtime.model_id,
         options.batch_size,
         list(options.sequence_lengths),
     )

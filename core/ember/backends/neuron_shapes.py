@@ -19,25 +19,16 @@ any machine; ``neuron_backend`` only adds the compiled modules and the dispatch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from ember.backend_settings import normalize_buckets
 from ember.batch import TokenBatch
 from ember.defaults import NEURON_BUCKETS
 
 DEFAULT_BUCKETS: tuple[int, ...] = NEURON_BUCKETS  # --neuron-sequence-lengths' default
-
-
-def normalize_buckets(sequence_lengths: Iterable[int]) -> tuple[int, ...]:
-    """Sorted, de-duplicated, positive bucket lengths; raises on an empty or bad list."""
-    buckets = sorted({int(x) for x in sequence_lengths})
-    if not buckets:
-        raise ValueError("at least one sequence length (bucket) is needed")
-    if buckets[0] < 2:
-        raise ValueError(f"sequence lengths must be >= 2, got {buckets}")
-    return tuple(buckets)
 
 
 def default_buckets(max_length: int) -> tuple[int, ...]:

@@ -112,8 +112,8 @@ def resolve_dtype(dtype: str, device: str) -> str:
 
 
 def plan_for(model: ResolvedModel, available: list[str]) -> Plan:
-    device = resolve_device(model.spec.device, available)
-    dtype = model.spec.dtype
+    device = resolve_device(model.runtime.device, available)
+    dtype = model.runtime.dtype
     exported = _exported(model)[1]
     if dtype == "auto" and exported and exported.get("dtype"):  # serve as exported
         dtype = str(exported["dtype"])
@@ -190,11 +190,11 @@ def _export_net(model: ResolvedModel) -> Any:
             str(model.path),
             dtype=torch.float32,
             attn_implementation="eager",
-            trust_remote_code=model.spec.trust_remote_code,
+            trust_remote_code=model.runtime.trust_remote_code,
         )
     except (ValueError, TypeError):  # architectures without the attn_implementation switch
         net = auto.from_pretrained(
-            str(model.path), dtype=torch.float32, trust_remote_code=model.spec.trust_remote_code
+            str(model.path), dtype=torch.float32, trust_remote_code=model.runtime.trust_remote_code
         )
     if rows := model.facts.answer_tokens:  # the graph's logits are its answer tokens'
         from ember.backends.torch_causal import AnswerTokenScorer

@@ -15,9 +15,9 @@ import numpy as np
 
 from ember.backends import artifacts
 from ember.backends.base import BackendDefaults, BackendInfo
-from ember.backends.onnx_backend import session_plan
 from ember.backends.onnx_export import Plan, import_ort
 from ember.backends.onnx_media_export import OUTPUT, TOWER_FILES, media_plan, prepare
+from ember.backends.onnx_session import session_plan
 from ember.batch import EMBEDDINGS, Batch, FeatureBatch, Outputs
 from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel

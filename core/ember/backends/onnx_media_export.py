@@ -74,8 +74,8 @@ def media_plan(model: ResolvedModel, available: list[str]) -> Plan:
             f"model {model.served_name!r} is a {kind} model, served by --backend "
             f"{' or '.join(model.family.backends)} (not onnx)"
         )
-    device = resolve_device(model.spec.device, available)
-    dtype = "float32" if model.spec.dtype == "auto" else model.spec.dtype
+    device = resolve_device(model.runtime.device, available)
+    dtype = "float32" if model.runtime.dtype == "auto" else model.runtime.dtype
     if dtype == "int8" and device != "cpu":
         raise ConfigError("--dtype int8 (dynamic quantisation) runs on --device cpu only")
     if dtype not in ("float32", "int8"):

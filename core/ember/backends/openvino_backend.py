@@ -75,7 +75,7 @@ class OpenVinoBackend(BackendDefaults):
 
     def __init__(self, model: ResolvedModel, path: Any, precision: str) -> None:
         self.parallel_forwards, threads = cpu_forward_plan(
-            model.spec.forward_workers, physical_cores()
+            model.runtime.forward_workers, physical_cores()
         )
         self.padding = ORT_CPU_PADDING  # the same graph computes every padded position
         self.compiled = compile_graph(path, precision, self.parallel_forwards, threads)
@@ -111,11 +111,11 @@ class OpenVinoBackend(BackendDefaults):
 
 def load(model: ResolvedModel) -> Backend:
     """The model's float32 ONNX graph (built or cached as the onnx backend does), compiled
-    for this CPU at ``model.spec.dtype``'s precision (bfloat16 or float32)."""
-    precision = model.spec.dtype
+    for this CPU at ``model.runtime.dtype``'s precision (bfloat16 or float32)."""
+    precision = model.runtime.dtype
     check_precision(precision)
     from dataclasses import replace
 
-    exact = replace(model, spec=replace(model.spec, backend="onnx", dtype="float32", device="cpu"))
+    exact = model.on_backend("onnx", "cpu", "float32")
     plan = plan_for(exact, import_ort().get_available_providers())
     return OpenVinoBackend(model, prepare(exact, plan), precision)

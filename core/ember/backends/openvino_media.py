@@ -29,7 +29,7 @@ class OpenVinoMediaBackend(BackendDefaults):
 
     def __init__(self, model: ResolvedModel, directory: Any, precision: str) -> None:
         self.parallel_forwards, threads = cpu_forward_plan(
-            model.spec.forward_workers, physical_cores()
+            model.runtime.forward_workers, physical_cores()
         )
         self.compiled: dict[str, Any] = {}
         self._inputs: dict[str, dict[str, np.dtype]] = {}
@@ -73,9 +73,9 @@ class OpenVinoMediaBackend(BackendDefaults):
 
 def load(model: ResolvedModel) -> OpenVinoMediaBackend:
     """The towers' float32 graphs (built or cached as the onnx backend does), compiled for
-    this CPU at ``model.spec.dtype``'s precision (bfloat16 or float32)."""
-    precision = model.spec.dtype
+    this CPU at ``model.runtime.dtype``'s precision (bfloat16 or float32)."""
+    precision = model.runtime.dtype
     check_precision(precision)
-    exact = replace(model, spec=replace(model.spec, backend="onnx", dtype="float32", device="cpu"))
+    exact = model.on_backend("onnx", "cpu", "float32")
     plan = media_plan(exact, import_ort().get_available_providers())
     return OpenVinoMediaBackend(model, prepare(exact, plan), precision)

@@ -57,20 +57,21 @@ class StaticBackend(BackendDefaults):
 
     def __init__(self, model: ResolvedModel) -> None:
         assert model.family.table is not None
-        if model.spec.device not in ("auto", "cpu") or model.spec.dtype not in ("auto", "float32"):
+        runtime = model.runtime
+        if runtime.device not in ("auto", "cpu") or runtime.dtype not in ("auto", "float32"):
             log.warning(
                 "model %s: a %s table is served by numpy on the CPU in float32 (asked: "
                 "--device %s --dtype %s)",
                 model.served_name,
                 model.family.name,
-                model.spec.device,
-                model.spec.dtype,
+                model.runtime.device,
+                model.runtime.dtype,
             )
         self.table = read_table(model)
         self.mean = model.family.table.mean
         # Forward workers as the other CPU backends plan them (ember.cpu.cpu_forward_plan):
         # a forward is a few milliseconds of numpy, next to the request's JSON on the loop.
-        self.parallel_forwards = cpu_forward_plan(model.spec.forward_workers)[0]
+        self.parallel_forwards = cpu_forward_plan(model.runtime.forward_workers)[0]
         self.info = BackendInfo(
             "numpy",
             "cpu",

@@ -3,64 +3,27 @@
 from __future__ import annotations
 
 import inspect
-import logging
-import threading
 from typing import Any
 
 import numpy as np
 
-from ember.backends.base import Backend, BackendDefaults, BackendInfo
-from ember.backends.gpu_check import torch_cuda_check
+from ember.backends.base import Backend, BackendInfo
+from ember.backends.torch_placement import (
+    _PRELOADED,
+    TorchPlacement,
+    resolve_device,
+    resolve_dtype,
+    take_preloaded,
+    torch,
+)
 from ember.batch import LOGITS, TOKEN_STATES, Outputs, TokenBatch
 from ember.capabilities import MEDIA_BACKBONES
-from ember.cpu import cpu_forward_plan
-from ember.errors import ConfigError, MissingDependency
+from ember.errors import MissingDependency
 from ember.models.network import network_class
 from ember.models.spec import ResolvedModel
 
-log = logging.getLogger(__name__)
-
-try:
-    import torch
-except ImportError:  # pragma: no cover - exercised only without torch
-    torch = None  # type: ignore[assignment]
-
-
-def resolve_device(device: str) -> str:
-    if device != "auto":
-        if device == "cuda" and not torch.cuda.is_available():
-            raise ConfigError("--device cuda asked for, but torch sees no CUDA device")
-        return device
-    if torch.cuda.is_available():
-        return "cuda"
-    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-        return "mps"
-    torch_cuda_check(torch)  # a GPU host where torch sees no CUDA fails here, not on CPU
-    return "cpu"
-
-
-def resolve_dtype(dtype: str, device: str) -> torch.dtype:
-    if dtype == "int8":
-        raise ConfigError("--dtype int8 is served by --backend onnx or ct2, not torch")
-    if dtype == "auto":
-        return torch.float16 if device == "cuda" else torch.float32
-    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
-
-
-def configure_cpu_threads() -> None:
-    # Inter-op parallelism only adds contention on a small CPU; intra-op threads are set
-    # per forward thread (OpenMP's thread count is per calling thread), see forward().
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:  # already set once in this process
-        pass
-
-
-def cpu_has_native_bf16() -> bool:
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
+# resolve_device: the device this backend loads on (the GPU check runs through it).
+__all__ = ["TorchBackend", "load", "load_net", "preload_weights", "resolve_device"]
 
 
 def load_net(model: ResolvedModel, dtype: torch.dtype, attention: str) -> Any:
@@ -71,11 +34,11 @@ def load_net(model: ResolvedModel, dtype: torch.dtype, attention: str) -> Any:
             str(model.path),
             dtype=dtype,
             attn_implementation=attention,
-            trust_remote_code=model.spec.trust_remote_code,
+            trust_remote_code=model.runtime.trust_remote_code,
         )
     except ValueError:  # architectures without an SDPA kernel in transformers
         net = auto.from_pretrained(
-            str(model.path), dtype=dtype, trust_remote_code=model.spec.trust_remote_code
+            str(model.path), dtype=dtype, trust_remote_code=model.runtime.trust_remote_code
         )
     if rows := model.facts.answer_tokens:  # the decoder and its answer tokens' rows
         from ember.backends.torch_causal import AnswerTokenScorer
@@ -84,16 +47,12 @@ def load_net(model: ResolvedModel, dtype: torch.dtype, attention: str) -> Any:
     return net
 
 
-# Networks loaded ahead on the CPU (``preload_weights``), by model directory and dtype.
-_PRELOADED: dict[tuple[str, str], Any] = {}
-
-
 def preload_weights(model: ResolvedModel, device: str) -> None:
     """Load ``model``'s network on the CPU now, in the dtype it will be served in on
     ``device``, for the backend to take and move there later: a memory snapshot taken in
     between (Modal's ``enter(snap=True)``, before the GPU is attached) holds the weights,
     so a restored container only copies them to the GPU."""
-    dtype = resolve_dtype(model.spec.dtype, device)
+    dtype = resolve_dtype(model.runtime.dtype, device)
     if model.backbone in MEDIA_BACKBONES:
         from ember.backends.torch_media import load_media_net
 
@@ -101,44 +60,6 @@ def preload_weights(model: ResolvedModel, device: str) -> None:
     else:
         net = load_net(model, dtype, TorchBackend._attention(device, dtype))
     _PRELOADED[(str(model.path), str(dtype))] = net.eval()
-
-
-def take_preloaded(model: ResolvedModel, dtype: torch.dtype) -> Any | None:
-    """The network ``preload_weights`` loaded for this model and dtype (once), or None."""
-    return _PRELOADED.pop((str(model.path), str(dtype)), None)
-
-
-class TorchPlacement(BackendDefaults):
-    """Device, dtype and CPU forward plan: what the text and media torch backends share."""
-
-    net: Any
-
-    def _place(self, model: ResolvedModel) -> None:
-        self.device = resolve_device(model.spec.device)
-        self.dtype = resolve_dtype(model.spec.dtype, self.device)
-        # CPU: several single-threaded forwards at once instead of one on a thread pool
-        # (barrier stalls under contention: ember.cpu.cpu_forward_plan). GPU: one.
-        self.parallel_forwards, self.threads = 1, 0
-        self._thread_state = threading.local()
-        if self.device == "cpu":
-            configure_cpu_threads()
-            self.parallel_forwards, self.threads = cpu_forward_plan(model.spec.forward_workers)
-            if self.dtype == torch.bfloat16 and not cpu_has_native_bf16():
-                log.warning(
-                    "bfloat16 on a CPU without AVX512-BF16/AMX is emulated and slower than "
-                    "float32; use --dtype float32, or --backend onnx/ct2 --dtype int8 for speed"
-                )
-
-    def _thread_setup(self) -> None:
-        """This forward thread's OpenMP team size (it is per calling thread), set once."""
-        if self.threads and getattr(self._thread_state, "threads", 0) != self.threads:
-            torch.set_num_threads(self.threads)
-            self._thread_state.threads = self.threads
-
-    def close(self) -> None:
-        self.net = None
-        if self.device == "cuda":
-            torch.cuda.empty_cache()
 
 
 class TorchBackend(TorchPlacement):
@@ -161,10 +82,10 @@ class TorchBackend(TorchPlacement):
             details={
                 "attention": str(getattr(self.net.config, "_attn_implementation", "eager")),
                 "forwards": f"{self.parallel_forwards}x{self.threads or 'all'} threads",
-                "compiled": str(model.spec.torch_compile).lower(),
+                "compiled": str(model.runtime.torch_compile).lower(),
             },
         )
-        if model.spec.torch_compile:
+        if model.runtime.torch_compile:
             self._compile()
 
     # Batches run once while loading so torch.compile has built every graph serving needs:

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ember.backends.base import BackendInfo
-from ember.backends.torch_backend import TorchPlacement, take_preloaded
+from ember.backends.torch_placement import TorchPlacement, take_preloaded
 from ember.batch import ATTENTION, EMBEDDINGS, TOKEN_STATES, Batch, FeatureBatch, Outputs
 from ember.errors import ConfigError
 from ember.models.spec import ResolvedModel
 
 log = logging.getLogger(__name__)
 
-import torch  # noqa: E402  (imported by the caller's check first: ember.backends.torch_backend)
+import torch  # noqa: E402  (checked first by the caller: ember.backends.torch_backend)
 
 # The tower method per modality of a dual encoder.
 TOWERS = {"text": "get_text_features", "image": "get_image_features", "audio": "get_audio_features"}
@@ -34,7 +34,7 @@ def load_media_net(model: ResolvedModel, dtype: torch.dtype) -> Any:
 
     assert model.family.media is not None
     net_class = getattr(transformers, model.family.media.net_class)
-    options: dict[str, Any] = {"dtype": dtype, "trust_remote_code": model.spec.trust_remote_code}
+    options: dict[str, Any] = {"dtype": dtype, "trust_remote_code": model.runtime.trust_remote_code}
     try:
         return net_class.from_pretrained(str(model.path), attn_implementation="sdpa", **options)
     except ValueError:  # a tower without an SDPA kernel in transformers

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ember.models.st_files import StModules
     from ember.processors import TextProcessor
 
-# Backends, by their registry names (ember.backends.registry).
+# Backends, by their registry names (ember.backend_table).
 NETWORK_BACKENDS = ("torch", "onnx", "ct2", "neuron")
 
 

@@ -9,7 +9,7 @@ import argparse
 import re
 from pathlib import Path
 
-from ember.backends.registry import BACKEND_NAMES
+from ember.backend_table import BACKEND_NAMES
 from ember.families import FAMILIES
 from ember.families.base import Family
 

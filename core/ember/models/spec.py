@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+
+from ember.backend_settings import BackendSettings
 
 if TYPE_CHECKING:
     from ember.capabilities import Backbone
@@ -156,10 +158,28 @@ class ResolvedModel:
     # id its forward takes as adapter_mask, by task name, each also a prompt name.
     task_adapters: dict[str, int] = field(default_factory=dict)
     facts: Facts = NO_FACTS  # the family's own facts (ember.families.<name>)
+    # What a backend is told of the settings (built from ``spec`` here, once): backends
+    # read this, never ``spec``.
+    runtime: BackendSettings = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "runtime", BackendSettings.of(self.spec))
         if self.root is None:
             object.__setattr__(self, "root", self.path)
+
+    def on_backend(
+        self, backend: str, device: str | None = None, dtype: str | None = None
+    ) -> ResolvedModel:
+        """This model as loaded on ``backend`` (and ``device``, ``dtype``, if given): what
+        the loader hands the backend it picked for ``auto`` (or auto's near-exact path),
+        or the one a family alone runs on."""
+        spec = replace(
+            self.spec,
+            backend=backend,
+            device=device or self.spec.device,
+            dtype=dtype or self.spec.dtype,
+        )
+        return replace(self, spec=spec)
 
     @property
     def poolings(self) -> tuple[Pooling, ...]:
