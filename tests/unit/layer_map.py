@@ -47,13 +47,20 @@ BANDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("media", "fetching and decoding images and audio, and their limits", ("ember.media",)),
     (
         "models",
-        "what a model is: specs, families, processors (text to tokens) and heads",
-        ("ember.models", "ember.families", "ember.processors", "ember.heads"),
+        "what a model is, shared by every family: specs, processors (text to tokens), heads",
+        ("ember.models", "ember.processors", "ember.heads"),
     ),
     (
         "backends",
         "the runtimes that run a network (torch, onnx, ct2, neuron, numpy)",
         ("ember.backends",),
+    ),
+    (
+        "families",
+        "one package per family: its detection, facts, processor, heads and load hook, "
+        "on top of the shared machinery and runtimes; backends reach a family only through "
+        "its row's hooks on the model",
+        ("ember.families",),
     ),
     (
         "config",

@@ -114,7 +114,6 @@ def load(model: ResolvedModel) -> Backend:
     for this CPU at ``model.runtime.dtype``'s precision (bfloat16 or float32)."""
     precision = model.runtime.dtype
     check_precision(precision)
-    from dataclasses import replace
 
     exact = model.on_backend("onnx", "cpu", "float32")
     plan = plan_for(exact, import_ort().get_available_providers())

@@ -9,7 +9,6 @@ them, returning the projected embedding the dense head normalises.
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
