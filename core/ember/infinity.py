@@ -31,6 +31,7 @@ from ember.capabilities import Modality
 from ember.config import ServerSettings, settings_from_env
 from ember.defaults import DEFAULT_MODEL_NAME
 from ember.engine.engine import Engine
+from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest, full_size
 from ember.families.base import Family
 from ember.heads.quantize import encode_embeddings
 from ember.metrics import Metrics
@@ -264,9 +265,8 @@ class AsyncEmbeddingEngine:
         self, sentences: list[str], matryoshka_dim: int | None = None
     ) -> tuple[list[Any], int]:
         """(one vector per sentence, tokens used)."""
-        result = await self._assert_running().embed(
-            list(sentences), dimensions=matryoshka_dim or None
-        )
+        request = EmbedRequest(list(sentences), dimensions=full_size(matryoshka_dim))
+        result = await self._assert_running().embed(request)
         return self._items(result.outputs), result.prompt_tokens
 
     async def image_embed(
@@ -284,11 +284,8 @@ class AsyncEmbeddingEngine:
     async def _media(
         self, items: list[str | bytes], modality: Modality, matryoshka_dim: int | None
     ) -> tuple[list[Any], int]:
-        result = await self._assert_running().embed(
-            items,  # type: ignore[arg-type]
-            modality=modality,
-            dimensions=matryoshka_dim or None,
-        )
+        request = EmbedRequest(items, modality=modality, dimensions=full_size(matryoshka_dim))
+        result = await self._assert_running().embed(request)
         return self._items(result.outputs), result.prompt_tokens
 
     async def rerank(
@@ -300,11 +297,11 @@ class AsyncEmbeddingEngine:
         top_n: int | None = None,
     ) -> tuple[list[RerankReturnType], int]:
         """(documents best first, cut to ``top_n`` when it is positive; tokens used)."""
-        result = await self._assert_running().rerank(
-            query, list(docs), raw_scores=raw_scores, scale="probability"
-        )
-        order = np.argsort(-result.outputs, kind="stable")
-        ranked = [RerankReturnType(float(result.outputs[i]), docs[i], int(i)) for i in order]
+        request = RerankRequest(query, list(docs), raw_scores=raw_scores, scale="probability")
+        result = await self._assert_running().rerank(request)
+        scores = result.outputs
+        order = np.argsort(-scores, kind="stable")
+        ranked = [RerankReturnType(float(scores[i]), docs[i], int(i)) for i in order]
         if top_n is not None and top_n > 0:
             ranked = ranked[:top_n]
         return ranked, result.prompt_tokens
@@ -313,9 +310,8 @@ class AsyncEmbeddingEngine:
         self, *, sentences: list[str], raw_scores: bool = False
     ) -> tuple[list[list[dict[str, Any]]], int]:
         """(per sentence every label with its score, best first; tokens used)."""
-        labels, result = await self._assert_running().classify(
-            list(sentences), raw_scores=raw_scores
-        )
+        request = ClassifyRequest(list(sentences), raw_scores=raw_scores)
+        labels, result = await self._assert_running().classify(request)
         return labels, result.prompt_tokens
 
 

@@ -32,13 +32,13 @@ from ember.config import ServerSettings, otlp_export, settings_from_env
 from ember.engine.array import EngineArray
 from ember.engine.loop import EngineLoop
 from ember.errors import BadRequest, ConfigError, EmberError, NotFound
-from ember.heads.sparse import SparseVector
 from ember.jobs.fanout import ShardTask, fan_out, join_shards, plan_shards, run_shard
 from ember.jobs.inputs import InputSpec
 from ember.jobs.runner import JobOptions, embed_rows, job_identity, job_settings, run_embed_job
 from ember.logs import REQUEST_ID, configure_logging
 from ember.models.resolve import resolve_model
 from ember.models.spec import ModelSpec, ResolvedModel
+from ember.outputs import SparseVector
 
 __all__ = [
     "ASGIApp",

@@ -28,8 +28,10 @@ from ember.api.operations import Reply, check_batch
 from ember.api.schemas import NonEmptyText, StrictInt, _Body
 from ember.capabilities import Modality
 from ember.engine import Engine, EngineArray, Result
+from ember.engine.requests import EmbedRequest
 from ember.errors import BadRequest
 from ember.heads.quantize import EmbeddingType, encode_embeddings, to_float
+from ember.outputs import DenseVectors
 from ember.prompts import prompt_for
 
 InputType = Literal["search_document", "search_query", "classification", "clustering", "image"]
@@ -176,22 +178,24 @@ async def _embed(
     truncate, direction = TRUNCATION[body.truncate or "END"]
     prompts = engine.model.prompts if engine.model is not None else {}
     if modality != "text":
-        return await engine.embed(
+        request = EmbedRequest(
             items,
-            output="dense",
+            output=DenseVectors.kind,
             normalize=True,
             dimensions=body.output_dimension,
             modality=modality,
         )
-    return await engine.embed(
-        items,
-        output="dense",  # Cohere's types are of one vector per text
-        normalize=True,
-        dimensions=body.output_dimension,
-        truncate=truncate,
-        truncation_direction=direction,
-        prompt_name=prompt_for(body.input_type, prompts),
-    )
+    else:
+        request = EmbedRequest(
+            items,
+            output=DenseVectors.kind,  # Cohere's types are of one vector per text
+            normalize=True,
+            dimensions=body.output_dimension,
+            truncate=truncate,
+            truncation_direction=direction,
+            prompt_name=prompt_for(body.input_type, prompts),
+        )
+    return await engine.embed(request)
 
 
 async def cohere_embed(engines: EngineArray, body: CohereEmbedRequest, limit: int) -> Reply:

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from ember.outputs import Activation
+
 if TYPE_CHECKING:
     from ember.capabilities import Backbone
     from ember.families.base import Family
@@ -14,9 +16,6 @@ if TYPE_CHECKING:
     from ember.models.logit_score import ChatReranker
 
 Task = Literal["embed", "rerank", "classify"]
-# What turns a classifier's logits into label scores (transformers' text-classification
-# pipeline: softmax over labels, sigmoid per label, or the raw values of a regression).
-Activation = Literal["softmax", "sigmoid", "none"]
 SparseActivation = Literal["relu", "log1p_relu"]
 # sentence-transformers' Pooling modes (``last`` is its ``lasttoken``, ``mean_sqrt_len`` its
 # ``mean_sqrt_len_tokens``); POOLINGS are the ones ``--pooling`` offers.
