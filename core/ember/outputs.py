@@ -38,6 +38,10 @@ class SparseVector:
         (idx,) = np.nonzero(weights > 0)
         return cls(idx.astype(np.int64), weights[idx].astype(np.float32))
 
+    def as_dict(self) -> dict[str, np.ndarray]:
+        """The JSON shape every dialect answers it in (orjson writes the arrays)."""
+        return {"indices": self.indices, "values": self.values}
+
 
 # One input's value as a head returns it: a vector [d], a multi-vector [k, d], a sparse
 # vector, or a row of logits [labels].
@@ -72,12 +76,14 @@ def to_base64(vector: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
 
 
-def check_dimensions(dimensions: int, hidden: int) -> None:
-    """Matryoshka's range: 1 to the model's width."""
+def check_dimensions(
+    dimensions: int, hidden: int, *, param: str = "dimensions", model: str = "this model"
+) -> None:
+    """Matryoshka's range: 1 to the model's width; ``param`` names the dialect's field."""
     if not 1 <= dimensions <= hidden:
         raise BadRequest(
-            f"dimensions must be between 1 and {hidden} for this model, got {dimensions}",
-            param="dimensions",
+            f"{param} must be between 1 and {hidden} for {model}, got {dimensions}",
+            param=param,
         )
 
 

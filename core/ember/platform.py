@@ -189,9 +189,7 @@ def _line_text(record: Any, number: int) -> str | None:
 
 
 def _line_value(value: Any) -> Any:
-    if isinstance(value, SparseVector):
-        return {"indices": value.indices, "values": value.values}
-    return value
+    return value.as_dict() if isinstance(value, SparseVector) else value
 
 
 async def dispatch_jsonlines(

@@ -31,7 +31,7 @@ from ember.engine import Engine, EngineArray, Result
 from ember.engine.requests import EmbedRequest
 from ember.errors import BadRequest
 from ember.heads.quantize import EmbeddingType, encode_embeddings, to_float
-from ember.outputs import DenseVectors
+from ember.outputs import DenseVectors, check_dimensions
 from ember.prompts import prompt_for
 
 InputType = Literal["search_document", "search_query", "classification", "clustering", "image"]
@@ -155,12 +155,12 @@ def _check_limits(engine: Engine, body: CohereEmbedRequest) -> None:
     model = engine.model
     if model is None:
         return  # still loading: the engine call answers 503
-    dims = body.output_dimension
-    if dims is not None and dims > model.hidden_size:
-        raise BadRequest(
-            f"output_dimension must be between 1 and {model.hidden_size} for model "
-            f"{engine.name!r}, got {dims}",
+    if body.output_dimension is not None:  # the schema refuses below 1
+        check_dimensions(
+            body.output_dimension,
+            model.hidden_size,
             param="output_dimension",
+            model=f"model {engine.name!r}",
         )
     max_tokens = getattr(body, "max_tokens", None)
     if max_tokens is not None and max_tokens < model.max_length:

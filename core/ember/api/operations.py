@@ -26,7 +26,6 @@ from ember.outputs import (
     MultiVectors,
     OutputValue,
     Scores,
-    SparseVector,
     SparseVectors,
     is_dense,
     output_type,
@@ -85,10 +84,6 @@ def input_type_options(engine: Engine, input_type: str | None) -> dict[str, Any]
         "query": {"search_query": True, "search_document": False}.get(input_type),
         "prompt_name": prompt_for(input_type, prompts),
     }
-
-
-def _sparse_json(vector: SparseVector) -> dict[str, Any]:
-    return {"indices": vector.indices, "values": vector.values}
 
 
 async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, limit: int) -> Reply:
@@ -178,7 +173,7 @@ def _embeddings_reply(engine: Engine, result: Result, base64: bool) -> Reply:
     output = result.output
     vectors: list
     if isinstance(output, SparseVectors):
-        vectors = [_sparse_json(v) for v in output.vectors]
+        vectors = [v.as_dict() for v in output.vectors]
     elif base64 and isinstance(output, DenseVectors | MultiVectors):  # multi: [k, d] flattened
         vectors = output.base64_rows()
     elif dtype != "float32" and isinstance(output, DenseVectors):  # --embedding-dtype
