@@ -32,10 +32,12 @@ from ember.config import ServerSettings, settings_from_env
 from ember.defaults import DEFAULT_MODEL_NAME
 from ember.engine.engine import Engine
 from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest, full_size
+from ember.engine.result import Result
 from ember.families.base import Family
 from ember.heads.quantize import encode_embeddings
 from ember.metrics import Metrics
 from ember.models.spec import ModelSpec
+from ember.outputs import DenseVectors
 
 log = logging.getLogger(__name__)
 
@@ -254,12 +256,12 @@ class AsyncEmbeddingEngine:
     def engine_args(self) -> EngineArgs:
         return self._engine_args
 
-    def _items(self, vectors: Any) -> list[Any]:
+    def _items(self, result: Result) -> list[Any]:
         """One array per item, in ``embedding_dtype`` (dense outputs, as /v1/embeddings)."""
         dtype = self._spec.embedding_dtype
-        if isinstance(vectors, np.ndarray) and dtype != "float32":
-            return encode_embeddings(vectors, [dtype])[dtype]
-        return list(vectors)  # float32 rows; multi-vector or sparse: what the model returns
+        if isinstance(result.output, DenseVectors) and dtype != "float32":
+            return encode_embeddings(result.output.vectors, [dtype])[dtype]
+        return list(result.outputs)  # float32 rows; multi-vector or sparse: as returned
 
     async def embed(
         self, sentences: list[str], matryoshka_dim: int | None = None
@@ -267,7 +269,7 @@ class AsyncEmbeddingEngine:
         """(one vector per sentence, tokens used)."""
         request = EmbedRequest(list(sentences), dimensions=full_size(matryoshka_dim))
         result = await self._assert_running().embed(request)
-        return self._items(result.outputs), result.prompt_tokens
+        return self._items(result), result.prompt_tokens
 
     async def image_embed(
         self, *, images: list[Any], matryoshka_dim: int | None = None
@@ -286,7 +288,7 @@ class AsyncEmbeddingEngine:
     ) -> tuple[list[Any], int]:
         request = EmbedRequest(items, modality=modality, dimensions=full_size(matryoshka_dim))
         result = await self._assert_running().embed(request)
-        return self._items(result.outputs), result.prompt_tokens
+        return self._items(result), result.prompt_tokens
 
     async def rerank(
         self,

@@ -8,7 +8,7 @@ served model (``EmbedRequest.validated``) and the embedding cache keys on its op
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ember.capabilities import Modality, Output
@@ -49,7 +49,17 @@ class EmbedRequest:
 
     def options(self) -> dict[str, Any]:
         """Every field but the inputs: what changes an output (the cache key's part)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "inputs"}
+        return {
+            "output": self.output,
+            "normalize": self.normalize,
+            "dimensions": self.dimensions,
+            "truncate": self.truncate,
+            "truncation_direction": self.truncation_direction,
+            "prompt_name": self.prompt_name,
+            "query": self.query,
+            "modality": self.modality,
+            "max_tokens": self.max_tokens,
+        }
 
     def validated(self, model: ResolvedModel, name: str) -> EmbedRequest:
         """This request against the served model: its output resolved (the model's first
