@@ -86,18 +86,29 @@ def input_type_options(engine: Engine, input_type: str | None) -> dict[str, Any]
     }
 
 
-async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, limit: int) -> Reply:
-    """Dense vectors, or what the model returns: a list of vectors per input (ColBERT),
-    ``{"indices", "values"}`` per input (SPLADE)."""
-    raw = body.input
-    if isinstance(raw, str):
-        inputs: list = [raw]
-    elif raw and isinstance(raw[0], int):
-        inputs = [raw]  # one token-id sequence
-    else:
-        inputs = list(raw)
-    check_batch(len(inputs), limit, "input")
-    engine = engines.for_task(body.model, MODALITY_CAPABILITY[body.modality])
+def decode_tei(
+    texts: list,
+    body: s.TEIEmbedOutputRequest | Any,
+    output: type[OutputValue],
+    **fields: Any,
+) -> EmbedRequest:
+    """A TEI body's text fields (``truncate``, ``truncation_direction`` in either case,
+    ``prompt_name``) as an engine request for ``output``, with the route's own ``fields``."""
+    return EmbedRequest(
+        texts,
+        output=output.kind,
+        truncate=body.truncate,
+        truncation_direction=body.truncation_direction.lower(),
+        prompt_name=body.prompt_name,
+        **fields,
+    )
+
+
+def decode_openai_embeddings(
+    engine: Engine, body: s.EmbeddingsRequest, inputs: list
+) -> EmbedRequest:
+    """OpenAI's (and vLLM's, Infinity's) /v1/embeddings body as an engine request,
+    refusing the field combinations no model can take."""
     if body.modality != "text" and not all(isinstance(item, str) for item in inputs):
         raise BadRequest(
             f"modality {body.modality}: `input` holds URLs or data: URIs, not token ids",
@@ -117,7 +128,7 @@ async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, lim
             "truncate_prompt_tokens cuts inputs and truncate=false refuses to: send one",
             param="truncate_prompt_tokens",
         )
-    request = EmbedRequest(
+    return EmbedRequest(
         inputs,
         dimensions=full_size(body.dimensions),
         truncate=body.truncate,
@@ -127,7 +138,22 @@ async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, lim
         max_tokens=body.truncate_prompt_tokens,
         **input_type_options(engine, body.input_type),
     )
-    return _embeddings_reply(engine, await engine.embed(request), base64)
+
+
+async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, limit: int) -> Reply:
+    """Dense vectors, or what the model returns: a list of vectors per input (ColBERT),
+    ``{"indices", "values"}`` per input (SPLADE)."""
+    raw = body.input
+    if isinstance(raw, str):
+        inputs: list = [raw]
+    elif raw and isinstance(raw[0], int):
+        inputs = [raw]  # one token-id sequence
+    else:
+        inputs = list(raw)
+    check_batch(len(inputs), limit, "input")
+    engine = engines.for_task(body.model, MODALITY_CAPABILITY[body.modality])
+    result = await engine.embed(decode_openai_embeddings(engine, body, inputs))
+    return _embeddings_reply(engine, result, body.encoding_format == "base64")
 
 
 async def media_embeddings(
@@ -198,14 +224,8 @@ async def tei_embed(engines: EngineArray, body: s.TEIEmbedRequest, limit: int) -
     texts = _as_list(body.inputs)
     check_batch(len(texts), limit, "inputs")
     engine = engines.for_task(body.model, "embed")
-    request = EmbedRequest(
-        texts,
-        output=DenseVectors.kind,
-        normalize=body.normalize,
-        dimensions=full_size(body.dimensions),
-        truncate=body.truncate,
-        truncation_direction=body.truncation_direction.lower(),  # type: ignore[arg-type]
-        prompt_name=body.prompt_name,
+    request = decode_tei(
+        texts, body, DenseVectors, normalize=body.normalize, dimensions=full_size(body.dimensions)
     )
     result = await engine.embed(request)
     return Reply(result.outputs, result.timings)
@@ -220,14 +240,7 @@ async def _tei_output(
     texts = _as_list(body.inputs)
     check_batch(len(texts), limit, "inputs")
     engine = engines.for_task(body.model, output.capability)
-    request = EmbedRequest(
-        texts,
-        output=output.kind,
-        truncate=body.truncate,
-        truncation_direction=body.truncation_direction.lower(),  # type: ignore[arg-type]
-        prompt_name=body.prompt_name,
-    )
-    return await engine.embed(request)
+    return await engine.embed(decode_tei(texts, body, output))
 
 
 async def tei_embed_sparse(

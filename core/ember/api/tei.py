@@ -38,7 +38,7 @@ from ember.api import schemas as s
 from ember.api.operations import Reply, check_batch
 from ember.api.schemas import NonEmptyText, StrictBool, StrictInt, TokenIds, _Body
 from ember.engine import Engine, EngineArray, Timings
-from ember.engine.requests import ClassifyRequest, EmbedRequest
+from ember.engine.requests import ClassifyRequest
 from ember.errors import BadRequest, NotReady
 from ember.outputs import DenseVectors, Labels, MultiVectors, SparseVectors, output_type
 
@@ -112,15 +112,7 @@ async def similarity(engines: EngineArray, body: SimilarityRequest, limit: int) 
     check_batch(len(texts), limit, "inputs.sentences")
     engine = engines.for_task(body.model, "embed")
     options = body.parameters or SimilarityParameters()
-    request = EmbedRequest(
-        texts,
-        output=DenseVectors.kind,
-        normalize=True,
-        truncate=options.truncate,
-        truncation_direction=options.truncation_direction.lower(),  # type: ignore[arg-type]
-        prompt_name=options.prompt_name,
-    )
-    result = await engine.embed(request)
+    result = await engine.embed(ops.decode_tei(texts, options, DenseVectors, normalize=True))
     assert isinstance(result.output, DenseVectors)
     others = range(1, len(texts))
     cosines = result.output.cosine([0] * len(others), others)
