@@ -31,10 +31,13 @@ from ember.capabilities import Modality
 from ember.config import ServerSettings, settings_from_env
 from ember.defaults import DEFAULT_MODEL_NAME
 from ember.engine.engine import Engine
+from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest, full_size
+from ember.engine.result import Result
 from ember.families.base import Family
 from ember.heads.quantize import encode_embeddings
 from ember.metrics import Metrics
 from ember.models.spec import ModelSpec
+from ember.outputs import DenseVectors
 
 log = logging.getLogger(__name__)
 
@@ -253,21 +256,20 @@ class AsyncEmbeddingEngine:
     def engine_args(self) -> EngineArgs:
         return self._engine_args
 
-    def _items(self, vectors: Any) -> list[Any]:
+    def _items(self, result: Result) -> list[Any]:
         """One array per item, in ``embedding_dtype`` (dense outputs, as /v1/embeddings)."""
         dtype = self._spec.embedding_dtype
-        if isinstance(vectors, np.ndarray) and dtype != "float32":
-            return encode_embeddings(vectors, [dtype])[dtype]
-        return list(vectors)  # float32 rows; multi-vector or sparse: what the model returns
+        if isinstance(result.output, DenseVectors) and dtype != "float32":
+            return encode_embeddings(result.output.vectors, [dtype])[dtype]
+        return list(result.outputs)  # float32 rows; multi-vector or sparse: as returned
 
     async def embed(
         self, sentences: list[str], matryoshka_dim: int | None = None
     ) -> tuple[list[Any], int]:
         """(one vector per sentence, tokens used)."""
-        result = await self._assert_running().embed(
-            list(sentences), dimensions=matryoshka_dim or None
-        )
-        return self._items(result.outputs), result.prompt_tokens
+        request = EmbedRequest(list(sentences), dimensions=full_size(matryoshka_dim))
+        result = await self._assert_running().embed(request)
+        return self._items(result), result.prompt_tokens
 
     async def image_embed(
         self, *, images: list[Any], matryoshka_dim: int | None = None
@@ -284,12 +286,9 @@ class AsyncEmbeddingEngine:
     async def _media(
         self, items: list[str | bytes], modality: Modality, matryoshka_dim: int | None
     ) -> tuple[list[Any], int]:
-        result = await self._assert_running().embed(
-            items,  # type: ignore[arg-type]
-            modality=modality,
-            dimensions=matryoshka_dim or None,
-        )
-        return self._items(result.outputs), result.prompt_tokens
+        request = EmbedRequest(items, modality=modality, dimensions=full_size(matryoshka_dim))
+        result = await self._assert_running().embed(request)
+        return self._items(result), result.prompt_tokens
 
     async def rerank(
         self,
@@ -300,11 +299,11 @@ class AsyncEmbeddingEngine:
         top_n: int | None = None,
     ) -> tuple[list[RerankReturnType], int]:
         """(documents best first, cut to ``top_n`` when it is positive; tokens used)."""
-        result = await self._assert_running().rerank(
-            query, list(docs), raw_scores=raw_scores, scale="probability"
-        )
-        order = np.argsort(-result.outputs, kind="stable")
-        ranked = [RerankReturnType(float(result.outputs[i]), docs[i], int(i)) for i in order]
+        request = RerankRequest(query, list(docs), raw_scores=raw_scores, scale="probability")
+        result = await self._assert_running().rerank(request)
+        scores = result.outputs
+        order = np.argsort(-scores, kind="stable")
+        ranked = [RerankReturnType(float(scores[i]), docs[i], int(i)) for i in order]
         if top_n is not None and top_n > 0:
             ranked = ranked[:top_n]
         return ranked, result.prompt_tokens
@@ -313,9 +312,8 @@ class AsyncEmbeddingEngine:
         self, *, sentences: list[str], raw_scores: bool = False
     ) -> tuple[list[list[dict[str, Any]]], int]:
         """(per sentence every label with its score, best first; tokens used)."""
-        labels, result = await self._assert_running().classify(
-            list(sentences), raw_scores=raw_scores
-        )
+        request = ClassifyRequest(list(sentences), raw_scores=raw_scores)
+        labels, result = await self._assert_running().classify(request)
         return labels, result.prompt_tokens
 
 

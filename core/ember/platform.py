@@ -33,12 +33,12 @@ from ember.engine.array import EngineArray
 from ember.engine.loop import EngineLoop
 from ember.errors import BadRequest, ConfigError, EmberError, NotFound
 from ember.families.resolve import resolve_model
-from ember.heads.sparse import SparseVector
 from ember.jobs.fanout import ShardTask, fan_out, join_shards, plan_shards, run_shard
 from ember.jobs.inputs import InputSpec
 from ember.jobs.runner import JobOptions, embed_rows, job_identity, job_settings, run_embed_job
 from ember.logs import REQUEST_ID, configure_logging
 from ember.models.spec import ModelSpec, ResolvedModel
+from ember.outputs import SparseVector
 
 __all__ = [
     "ASGIApp",
@@ -190,9 +190,7 @@ def _line_text(record: Any, number: int) -> str | None:
 
 
 def _line_value(value: Any) -> Any:
-    if isinstance(value, SparseVector):
-        return {"indices": value.indices, "values": value.values}
-    return value
+    return value.as_dict() if isinstance(value, SparseVector) else value
 
 
 async def dispatch_jsonlines(

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from ember.errors import ConfigError
-from ember.heads.postprocess import label_scores
 from ember.models.facts import classifier_activation, detect_task
+from ember.outputs import label_scores
 
 SEQ = {"architectures": ["RobertaForSequenceClassification"]}
 

@@ -26,6 +26,7 @@ from ember.families import for_task
 from ember.heads.sparse import SparseVector
 from ember.metrics import Metrics
 from ember.models.spec import ModelSpec, ResolvedModel
+from ember.outputs import DenseVectors
 
 DIM = 8
 OPTIONS = {
@@ -62,7 +63,9 @@ class Recording:
         self.calls.append(list(items))
         outputs = np.stack([row(len(t)) + np.float32(ord(t[0])) for t in items])
         tokens = [len(t) for t in items]
-        return Result(outputs, sum(tokens), Timings(0.1, 0.2, 0.3), input_tokens=tokens)
+        return Result(
+            DenseVectors(outputs), sum(tokens), Timings(0.1, 0.2, 0.3), input_tokens=tokens
+        )
 
 
 def run(

@@ -28,8 +28,10 @@ from ember.api.operations import Reply, check_batch
 from ember.api.schemas import NonEmptyText, StrictInt, _Body
 from ember.capabilities import Modality
 from ember.engine import Engine, EngineArray, Result
+from ember.engine.requests import EmbedRequest
 from ember.errors import BadRequest
 from ember.heads.quantize import EmbeddingType, encode_embeddings, to_float
+from ember.outputs import DenseVectors, check_dimensions
 from ember.prompts import prompt_for
 
 InputType = Literal["search_document", "search_query", "classification", "clustering", "image"]
@@ -153,12 +155,12 @@ def _check_limits(engine: Engine, body: CohereEmbedRequest) -> None:
     model = engine.model
     if model is None:
         return  # still loading: the engine call answers 503
-    dims = body.output_dimension
-    if dims is not None and dims > model.hidden_size:
-        raise BadRequest(
-            f"output_dimension must be between 1 and {model.hidden_size} for model "
-            f"{engine.name!r}, got {dims}",
+    if body.output_dimension is not None:  # the schema refuses below 1
+        check_dimensions(
+            body.output_dimension,
+            model.hidden_size,
             param="output_dimension",
+            model=f"model {engine.name!r}",
         )
     max_tokens = getattr(body, "max_tokens", None)
     if max_tokens is not None and max_tokens < model.max_length:
@@ -176,22 +178,24 @@ async def _embed(
     truncate, direction = TRUNCATION[body.truncate or "END"]
     prompts = engine.model.prompts if engine.model is not None else {}
     if modality != "text":
-        return await engine.embed(
+        request = EmbedRequest(
             items,
-            output="dense",
+            output=DenseVectors.kind,
             normalize=True,
             dimensions=body.output_dimension,
             modality=modality,
         )
-    return await engine.embed(
-        items,
-        output="dense",  # Cohere's types are of one vector per text
-        normalize=True,
-        dimensions=body.output_dimension,
-        truncate=truncate,
-        truncation_direction=direction,
-        prompt_name=prompt_for(body.input_type, prompts),
-    )
+    else:
+        request = EmbedRequest(
+            items,
+            output=DenseVectors.kind,  # Cohere's types are of one vector per text
+            normalize=True,
+            dimensions=body.output_dimension,
+            truncate=truncate,
+            truncation_direction=direction,
+            prompt_name=prompt_for(body.input_type, prompts),
+        )
+    return await engine.embed(request)
 
 
 async def cohere_embed(engines: EngineArray, body: CohereEmbedRequest, limit: int) -> Reply:

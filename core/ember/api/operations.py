@@ -17,11 +17,19 @@ import numpy as np
 from ember.api import schemas as s
 from ember.capabilities import Capability, Modality
 from ember.engine import Engine, EngineArray, Result, Timings
+from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest, full_size
 from ember.errors import BadRequest, Forbidden, PayloadTooLarge
-from ember.heads.postprocess import to_base64
 from ember.heads.quantize import encode_embeddings
-from ember.heads.sparse import SparseVector
 from ember.models.spec import ResolvedModel
+from ember.outputs import (
+    DenseVectors,
+    MultiVectors,
+    OutputValue,
+    Scores,
+    SparseVectors,
+    is_dense,
+    output_type,
+)
 from ember.prompts import prompt_for
 
 # Which capability a request's modality needs, to pick a model when none is named.
@@ -78,8 +86,58 @@ def input_type_options(engine: Engine, input_type: str | None) -> dict[str, Any]
     }
 
 
-def _sparse_json(vector: SparseVector) -> dict[str, Any]:
-    return {"indices": vector.indices, "values": vector.values}
+def decode_tei(
+    texts: list,
+    body: s.TEIEmbedOutputRequest | Any,
+    output: type[OutputValue],
+    **fields: Any,
+) -> EmbedRequest:
+    """A TEI body's text fields (``truncate``, ``truncation_direction`` in either case,
+    ``prompt_name``) as an engine request for ``output``, with the route's own ``fields``."""
+    return EmbedRequest(
+        texts,
+        output=output.kind,
+        truncate=body.truncate,
+        truncation_direction=body.truncation_direction.lower(),
+        prompt_name=body.prompt_name,
+        **fields,
+    )
+
+
+def decode_openai_embeddings(
+    engine: Engine, body: s.EmbeddingsRequest, inputs: list
+) -> EmbedRequest:
+    """OpenAI's (and vLLM's, Infinity's) /v1/embeddings body as an engine request,
+    refusing the field combinations no model can take."""
+    if body.modality != "text" and not all(isinstance(item, str) for item in inputs):
+        raise BadRequest(
+            f"modality {body.modality}: `input` holds URLs or data: URIs, not token ids",
+            param="input",
+        )
+    base64 = body.encoding_format == "base64"
+    embedding = engine.family.embedding if engine.model is not None else None
+    if base64 and embedding is not None and not output_type(embedding).base64:
+        raise BadRequest(
+            f"encoding_format base64 is for dense and multi-vector embeddings; model "
+            f"{engine.name!r} returns sparse ones (indices and values): send float",
+            param="encoding_format",
+        )
+    _check_base64_dtype(engine, base64)
+    if body.truncate_prompt_tokens is not None and not body.truncate:
+        raise BadRequest(
+            "truncate_prompt_tokens cuts inputs and truncate=false refuses to: send one",
+            param="truncate_prompt_tokens",
+        )
+    return EmbedRequest(
+        inputs,
+        dimensions=full_size(body.dimensions),
+        truncate=body.truncate,
+        modality=body.modality,
+        # vLLM's meaning: the last k tokens are kept
+        truncation_direction="left" if body.truncate_prompt_tokens is not None else "right",
+        max_tokens=body.truncate_prompt_tokens,
+        **input_type_options(engine, body.input_type),
+    )
 
 
 async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, limit: int) -> Reply:
@@ -94,35 +152,8 @@ async def openai_embeddings(engines: EngineArray, body: s.EmbeddingsRequest, lim
         inputs = list(raw)
     check_batch(len(inputs), limit, "input")
     engine = engines.for_task(body.model, MODALITY_CAPABILITY[body.modality])
-    if body.modality != "text" and not all(isinstance(item, str) for item in inputs):
-        raise BadRequest(
-            f"modality {body.modality}: `input` holds URLs or data: URIs, not token ids",
-            param="input",
-        )
-    base64 = body.encoding_format == "base64"
-    if base64 and engine.model is not None and engine.family.embedding == "sparse":
-        raise BadRequest(
-            f"encoding_format base64 is for dense and multi-vector embeddings; model "
-            f"{engine.name!r} returns sparse ones (indices and values): send float",
-            param="encoding_format",
-        )
-    _check_base64_dtype(engine, base64)
-    if body.truncate_prompt_tokens is not None and not body.truncate:
-        raise BadRequest(
-            "truncate_prompt_tokens cuts inputs and truncate=false refuses to: send one",
-            param="truncate_prompt_tokens",
-        )
-    result = await engine.embed(
-        inputs,
-        dimensions=body.dimensions or None,  # 0: full size, as Infinity means it
-        truncate=body.truncate,
-        modality=body.modality,
-        # vLLM's meaning: the last k tokens are kept
-        truncation_direction="left" if body.truncate_prompt_tokens is not None else "right",
-        max_tokens=body.truncate_prompt_tokens,
-        **input_type_options(engine, body.input_type),
-    )
-    return _embeddings_reply(engine, result, base64)
+    result = await engine.embed(decode_openai_embeddings(engine, body, inputs))
+    return _embeddings_reply(engine, result, body.encoding_format == "base64")
 
 
 async def media_embeddings(
@@ -134,7 +165,8 @@ async def media_embeddings(
     check_batch(len(inputs), limit, "input")
     engine = engines.for_task(body.model, MODALITY_CAPABILITY[modality])
     _check_base64_dtype(engine, body.encoding_format == "base64")
-    result = await engine.embed(inputs, dimensions=body.dimensions or None, modality=modality)
+    request = EmbedRequest(inputs, dimensions=full_size(body.dimensions), modality=modality)
+    result = await engine.embed(request)
     return _embeddings_reply(engine, result, body.encoding_format == "base64")
 
 
@@ -164,12 +196,14 @@ def _check_base64_dtype(engine: Engine, base64: bool) -> None:
 def _embeddings_reply(engine: Engine, result: Result, base64: bool) -> Reply:
     """OpenAI's list of embeddings, in the shape the model's embedding output has."""
     dtype = engine.spec.embedding_dtype
-    if engine.family.embedding == "sparse":
-        vectors = [_sparse_json(v) for v in result.outputs]
-    elif base64:  # multi-vector: the [n, dim] float32 array, flattened
-        vectors = [to_base64(v) for v in result.outputs]
-    elif dtype != "float32" and isinstance(result.outputs, np.ndarray):  # --embedding-dtype
-        vectors = encode_embeddings(result.outputs, [dtype])[dtype]
+    output = result.output
+    vectors: list
+    if isinstance(output, SparseVectors):
+        vectors = [v.as_dict() for v in output.vectors]
+    elif base64 and isinstance(output, DenseVectors | MultiVectors):  # multi: [k, d] flattened
+        vectors = output.base64_rows()
+    elif dtype != "float32" and isinstance(output, DenseVectors):  # --embedding-dtype
+        vectors = encode_embeddings(output.vectors, [dtype])[dtype]
     else:
         vectors = list(result.outputs)
     data = [{"object": "embedding", "embedding": vec, "index": i} for i, vec in enumerate(vectors)]
@@ -190,38 +224,30 @@ async def tei_embed(engines: EngineArray, body: s.TEIEmbedRequest, limit: int) -
     texts = _as_list(body.inputs)
     check_batch(len(texts), limit, "inputs")
     engine = engines.for_task(body.model, "embed")
-    result = await engine.embed(
-        texts,
-        output="dense",
-        normalize=body.normalize,
-        dimensions=body.dimensions or None,  # 0: full size, as Infinity means it
-        truncate=body.truncate,
-        truncation_direction=body.truncation_direction.lower(),  # type: ignore[arg-type]
-        prompt_name=body.prompt_name,
+    request = decode_tei(
+        texts, body, DenseVectors, normalize=body.normalize, dimensions=full_size(body.dimensions)
     )
+    result = await engine.embed(request)
     return Reply(result.outputs, result.timings)
 
 
 async def _tei_output(
-    engines: EngineArray, body: s.TEIEmbedOutputRequest, limit: int, output: Any
-) -> Any:
+    engines: EngineArray,
+    body: s.TEIEmbedOutputRequest,
+    limit: int,
+    output: type[OutputValue],
+) -> Result:
     texts = _as_list(body.inputs)
     check_batch(len(texts), limit, "inputs")
-    engine = engines.for_task(body.model, "embed_sparse" if output == "sparse" else "embed_multi")
-    return await engine.embed(
-        texts,
-        output=output,
-        truncate=body.truncate,
-        truncation_direction=body.truncation_direction.lower(),  # type: ignore[arg-type]
-        prompt_name=body.prompt_name,
-    )
+    engine = engines.for_task(body.model, output.capability)
+    return await engine.embed(decode_tei(texts, body, output))
 
 
 async def tei_embed_sparse(
     engines: EngineArray, body: s.TEIEmbedOutputRequest, limit: int
 ) -> Reply:
     """TEI's shape: per input, ``[{"index", "value"}]`` sorted by index, zeros dropped."""
-    result = await _tei_output(engines, body, limit, "sparse")
+    result = await _tei_output(engines, body, limit, SparseVectors)
     body_out = [
         [{"index": int(i), "value": float(v)} for i, v in zip(vec.indices, vec.values, strict=True)]
         for vec in result.outputs
@@ -231,13 +257,14 @@ async def tei_embed_sparse(
 
 async def tei_embed_all(engines: EngineArray, body: s.TEIEmbedOutputRequest, limit: int) -> Reply:
     """TEI's shape: per input, one vector per token (``[[[float]]]``)."""
-    result = await _tei_output(engines, body, limit, "multi")
+    result = await _tei_output(engines, body, limit, MultiVectors)
     return Reply(result.outputs, result.timings)
 
 
-def best_first(scores: np.ndarray, top_n: int | None) -> np.ndarray:
-    """Indices by descending score (ties keep input order), cut to ``top_n`` if given."""
-    return np.argsort(-scores, kind="stable")[:top_n]
+def best_first(result: Result, top_n: int | None) -> np.ndarray:
+    """A rerank's indices by descending score (ties keep input order), cut to ``top_n``."""
+    assert isinstance(result.output, Scores)
+    return result.output.best_first(top_n)
 
 
 async def cohere_rerank(engines: EngineArray, body: s.RerankRequest, limit: int) -> Reply:
@@ -271,7 +298,7 @@ async def _rerank(
     docs = [d if isinstance(d, str) else d.text for d in body.documents]
     check_batch(len(docs), limit, "documents")
     engine = engines.for_task(body.model, "rerank")
-    result = await engine.rerank(
+    request = RerankRequest(
         body.query,
         docs,
         raw_scores=body.raw_scores,
@@ -280,13 +307,14 @@ async def _rerank(
         instruction=body.instruction,
         scale="probability",
     )
+    result = await engine.rerank(request)
     results = [
         {
             "index": int(i),
             "relevance_score": float(result.outputs[i]),
             **document(docs[i] if body.return_documents else None),
         }
-        for i in best_first(result.outputs, body.top_n)
+        for i in best_first(result, body.top_n)
     ]
     return Reply(
         _envelope("rerank", "results", results, engine.name, result.prompt_tokens), result.timings
@@ -296,7 +324,7 @@ async def _rerank(
 async def tei_rerank(engines: EngineArray, body: s.TEIRerankRequest, limit: int) -> Reply:
     check_batch(len(body.texts), limit, "texts")
     engine = engines.for_task(body.model, "rerank")
-    result = await engine.rerank(
+    request = RerankRequest(
         body.query,
         body.texts,
         raw_scores=body.raw_scores,
@@ -304,8 +332,9 @@ async def tei_rerank(engines: EngineArray, body: s.TEIRerankRequest, limit: int)
         instruction=body.instruction,
         scale="probability",
     )
+    result = await engine.rerank(request)
     ranked = []
-    for i in best_first(result.outputs, body.top_n):
+    for i in best_first(result, body.top_n):
         item: dict[str, Any] = {"index": int(i), "score": float(result.outputs[i])}
         if body.return_text:
             item["text"] = body.texts[i]
@@ -317,9 +346,8 @@ async def classify(engines: EngineArray, body: s.ClassifyRequest, limit: int) ->
     texts = _as_list(body.input)
     check_batch(len(texts), limit, "input")
     engine = engines.for_task(body.model, "classify")
-    labels, result = await engine.classify(
-        texts, raw_scores=body.raw_scores, truncate=body.truncate
-    )
+    request = ClassifyRequest(texts, raw_scores=body.raw_scores, truncate=body.truncate)
+    labels, result = await engine.classify(request)
     return Reply(
         _envelope("classify", "data", labels, engine.name, result.prompt_tokens), result.timings
     )
@@ -329,9 +357,8 @@ async def tei_predict(engines: EngineArray, body: s.TEIPredictRequest, limit: in
     texts = _as_list(body.inputs)
     check_batch(len(texts), limit, "inputs")
     engine = engines.for_task(body.model, "classify")
-    labels, result = await engine.classify(
-        texts, raw_scores=body.raw_scores, truncate=body.truncate
-    )
+    request = ClassifyRequest(texts, raw_scores=body.raw_scores, truncate=body.truncate)
+    labels, result = await engine.classify(request)
     return Reply(labels[0] if isinstance(body.inputs, str) else labels, result.timings)
 
 
@@ -347,7 +374,7 @@ async def tei_tokenize(engines: EngineArray, body: s.TEITokenizeRequest, limit: 
 
 def dense_dimensions(model: ResolvedModel) -> int | None:
     """The width of a dense embedding as served (after the model's Dense layers)."""
-    return model.hidden_size if model.family.embedding == "dense" else None
+    return model.hidden_size if is_dense(model.family.embedding) else None
 
 
 def models_list(engines: EngineArray) -> dict[str, Any]:
@@ -402,7 +429,7 @@ def tei_info(engines: EngineArray, version: str, max_client_batch_size: int) -> 
         return info
     m = first.model
     if m.task == "embed":
-        pooling = "+".join(m.poolings) if first.family.embedding == "dense" else first.family.name
+        pooling = "+".join(m.poolings) if is_dense(first.family.embedding) else first.family.name
         model_type: dict[str, Any] = {"embedding": {"pooling": pooling}}
     else:
         kind = "reranker" if m.task == "rerank" else "classifier"

@@ -2,8 +2,11 @@
 
 The model routes answer orjson bytes built by their operations (``ember.api.operations``,
 ``cohere``, ``tei``); nothing here validates or serialises a response. These models describe
-those bytes, and a test checks each against a real answer. Every error, whatever the route,
-has one shape (``ember.errors.error_body``): ``ErrorResponse``.
+those bytes, and a test checks each against a real answer. Building the answers through
+these models instead was timed for an OpenAI answer of 32 x 384 floats: 2.4x the orjson
+dict's time with ``model_construct``, 4.8x validated, so they stay the schema only.
+Every error, whatever the route, has one shape (``ember.errors.error_body``):
+``ErrorResponse``.
 """
 
 from __future__ import annotations

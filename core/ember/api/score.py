@@ -22,7 +22,9 @@ from pydantic import AliasChoices, Field
 from ember.api import operations as ops
 from ember.api import schemas as s
 from ember.engine import Engine, EngineArray, Result, Timings
+from ember.engine.requests import EmbedRequest, RerankRequest
 from ember.errors import BadRequest
+from ember.outputs import DenseVectors, is_dense
 
 ScoreInput = s.NonEmptyText | Annotated[list[s.NonEmptyText], Field(min_length=1)]
 
@@ -75,7 +77,7 @@ async def score(engines: EngineArray, body: ScoreRequest, limit: int) -> ops.Rep
     if (
         engine.model is not None
         and not engine.family.does("rerank")
-        and engine.family.embedding == "dense"
+        and is_dense(engine.family.embedding)
     ):
         scores, result = await _cosine(engine, firsts, seconds)
     else:
@@ -103,7 +105,7 @@ async def _rerank(
         groups.setdefault(first, []).append(i)
     results = await asyncio.gather(
         *(
-            engine.rerank(first, [seconds[i] for i in where], raw_scores=raw)
+            engine.rerank(RerankRequest(first, [seconds[i] for i in where], raw_scores=raw))
             for first, where in groups.items()
         )
     )
@@ -118,12 +120,11 @@ async def _cosine(
 ) -> tuple[np.ndarray, Result]:
     """A dense model's cosine of each pair, every distinct text embedded once."""
     distinct = list(dict.fromkeys([*firsts, *seconds]))
-    result = await engine.embed(distinct, output="dense", normalize=True)
+    result = await engine.embed(EmbedRequest(distinct, output=DenseVectors.kind, normalize=True))
     row = {text: i for i, text in enumerate(distinct)}
-    vectors = result.outputs
-    left = vectors[[row[t] for t in firsts]]
-    right = vectors[[row[t] for t in seconds]]
-    return np.einsum("ij,ij->i", left, right).astype(np.float64), result
+    assert isinstance(result.output, DenseVectors)
+    cosines = result.output.cosine([row[t] for t in firsts], [row[t] for t in seconds])
+    return cosines.values, result
 
 
 def _merged(results: list[Result]) -> Result:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any, Literal
 
-import numpy as np
 from pydantic import Discriminator, Field, Tag
 
 from ember.api import operations as ops
@@ -39,8 +38,9 @@ from ember.api import schemas as s
 from ember.api.operations import Reply, check_batch
 from ember.api.schemas import NonEmptyText, StrictBool, StrictInt, TokenIds, _Body
 from ember.engine import Engine, EngineArray, Timings
+from ember.engine.requests import ClassifyRequest
 from ember.errors import BadRequest, NotReady
-from ember.heads.postprocess import ACTIVATIONS
+from ember.outputs import DenseVectors, Labels, MultiVectors, SparseVectors, output_type
 
 Direction = Literal["right", "left", "Right", "Left"]
 
@@ -112,16 +112,11 @@ async def similarity(engines: EngineArray, body: SimilarityRequest, limit: int) 
     check_batch(len(texts), limit, "inputs.sentences")
     engine = engines.for_task(body.model, "embed")
     options = body.parameters or SimilarityParameters()
-    result = await engine.embed(
-        texts,
-        output="dense",
-        normalize=True,
-        truncate=options.truncate,
-        truncation_direction=options.truncation_direction.lower(),  # type: ignore[arg-type]
-        prompt_name=options.prompt_name,
-    )
-    vectors = result.outputs
-    return Reply([float(v) for v in vectors[1:] @ vectors[0]], result.timings)
+    result = await engine.embed(ops.decode_tei(texts, options, DenseVectors, normalize=True))
+    assert isinstance(result.output, DenseVectors)
+    others = range(1, len(texts))
+    cosines = result.output.cosine([0] * len(others), others)
+    return Reply([float(v) for v in cosines.values], result.timings)
 
 
 async def decode(engines: EngineArray, body: DecodeRequest, limit: int) -> Reply:
@@ -167,14 +162,11 @@ async def _inference_api_classify(engine: Engine, body: RootInputsRequest, limit
     assert body.parameters is not None
     apply = body.parameters.function_to_apply
     raw = body.raw_scores or apply is not None
-    labels, result = await engine.classify(texts, raw_scores=raw, truncate=body.truncate)
-    answer = []
-    for row in labels:
-        if apply is not None:  # each is monotonic: the order of the logits holds
-            scores = ACTIVATIONS[apply](np.array([item["score"] for item in row]))
-            row = [{**item, "score": float(p)} for item, p in zip(row, scores, strict=True)]
-        answer.append(row[: body.parameters.top_k])
-    return Reply(answer, result.timings)
+    labels, result = await engine.classify(
+        ClassifyRequest(texts, raw_scores=raw, truncate=body.truncate)
+    )
+    answer = Labels(labels).applied(apply, body.parameters.top_k)
+    return Reply(answer.rows, result.timings)
 
 
 async def root(engines: EngineArray, body: Any, limit: int) -> Reply:
@@ -193,9 +185,10 @@ async def root(engines: EngineArray, body: Any, limit: int) -> Reply:
             inputs=body.inputs, raw_scores=body.raw_scores, truncate=body.truncate, model=name
         )
         return await ops.tei_predict(engines, predict, limit)
-    if kind.embedding == "dense":
+    embedding = output_type(kind.embedding) if kind.embedding is not None else None
+    if embedding is DenseVectors:
         return await ops.tei_embed(engines, body.model_copy(update={"model": name}), limit)
-    if kind.embedding in ("sparse", "multi"):
+    if embedding is SparseVectors or embedding is MultiVectors:
         output = s.TEIEmbedOutputRequest(
             inputs=body.inputs,
             truncate=body.truncate,
@@ -203,7 +196,7 @@ async def root(engines: EngineArray, body: Any, limit: int) -> Reply:
             prompt_name=body.prompt_name,
             model=name,
         )
-        run = ops.tei_embed_sparse if kind.embedding == "sparse" else ops.tei_embed_all
+        run = ops.tei_embed_sparse if embedding is SparseVectors else ops.tei_embed_all
         return await run(engines, output, limit)
     raise BadRequest(
         f"model {name!r} ({kind.name}) does not embed or classify; it serves {kind.serves()}: "

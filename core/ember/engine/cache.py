@@ -46,9 +46,9 @@ import numpy as np
 from ember.backends.artifacts import source_fingerprint
 from ember.backends.base import BackendInfo
 from ember.engine.result import Result, Timings
-from ember.heads.sparse import SparseVector
 from ember.metrics import Metrics
 from ember.models.spec import ResolvedModel
+from ember.outputs import SparseVector, output_type
 
 # What one entry costs beyond its vector's and input's own bytes: the LRU's link and dict
 # slot, the key tuple, the entry object and the numpy array headers (about 400 bytes per
@@ -328,7 +328,7 @@ async def embed_through(
     them."""
     if not items:
         return await run(items)
-    modality, dense = options["modality"], options["output"] == "dense"
+    modality, kind = options["modality"], output_type(options["output"])
     shared = tuple(sorted(options.items()))
     keys: list[Hashable | None] = []
     for item in items:
@@ -360,7 +360,7 @@ async def embed_through(
     assert len(done) == len(items)  # each input a hit, computed here, or landed
     rows, tokens = [entry.row for entry in done], [entry.tokens for entry in done]
     return Result(
-        np.stack(rows) if dense else rows,
+        kind.from_rows(rows),
         prompt_tokens=sum(tokens),
         timings=fresh.timings if fresh is not None else Timings(),
         input_tokens=tokens,

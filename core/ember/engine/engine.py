@@ -2,7 +2,8 @@
 
 request items -> processor (features + cost) -> batcher (by cost) -> on a forward thread:
 collate -> backend.forward (named outputs) -> heads (one result per item) -> back here,
-where the request's own finishing (normalise, Matryoshka, scores) runs.
+where the rows become the request's typed output, which finishes itself (``ember.outputs``:
+normalise, Matryoshka, activation, MaxSim).
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
-
-import numpy as np
 
 from ember.backends import load_backend
 from ember.backends.base import Backend
@@ -26,23 +26,21 @@ from ember.engine.batcher import Batcher, padding_budget_for, representative_tok
 from ember.engine.cache import EmbeddingCache, embed_through, model_identity
 from ember.engine.forward import Piece, load_at_priority, run_batch
 from ember.engine.prepare import Prepare, Preparer
+from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest
 from ember.engine.result import Result, Timings
 from ember.engine.start_failure import start_failure
 from ember.engine.text_inputs import TextInputs
-from ember.errors import BadRequest, ConfigError, EmberError, NotReady, RequestTimeout
+from ember.errors import ConfigError, EmberError, NotReady, RequestTimeout
 from ember.families.base import Family
 from ember.families.resolve import resolve_model
-from ember.heads import postprocess
 from ember.heads.base import Head
 from ember.heads.build import build_heads
-from ember.heads.scores import maxsim
 from ember.media.budget import MediaBudget
 from ember.metrics import Metrics
-from ember.models.score_activation import RerankScale, served_activation
+from ember.models.score_activation import served_activation
 from ember.models.spec import ModelSpec, ResolvedModel
+from ember.outputs import Logits, MultiVectors, embeds, output_type
 from ember.processors import TextProcessor, build_processor
-from ember.processors.text import Direction
-from ember.prompts import SIDE_INPUT_TYPES, prompt_for
 
 log = logging.getLogger(__name__)
 
@@ -205,8 +203,9 @@ class Engine:
                 *(self.batcher.run_direct(largest, measure) for _ in range(self.batcher.workers))
             )
         for output in outputs:
-            if output != "logits":
-                await self._embed([WARM_UP_TEXT], output=output)  # not cached, not counted
+            if embeds(output):
+                warm = EmbedRequest([WARM_UP_TEXT], output=output)  # not cached, not counted
+                await self._embed(warm.validated(self._loaded(), self.name))
         for modality in self.family.modalities[1:]:  # each media tower once, decoded inputs
             item = self.processor.warm_up_item(modality)  # type: ignore[attr-defined]
             await self.batcher.run_direct([Piece(item, outputs[0])])
@@ -241,150 +240,77 @@ class Engine:
 
     # ---- the calls -------------------------------------------------------------------------
     async def embed(
-        self,
-        inputs: Sequence[str] | Sequence[Sequence[int]],
-        *,
-        output: Output | None = None,
-        normalize: bool | None = None,
-        dimensions: int | None = None,
-        truncate: bool = True,
-        truncation_direction: Direction = "right",
-        prompt_name: str | None = None,
-        query: bool | None = None,
-        modality: Modality = "text",
-        max_tokens: int | None = None,
+        self, request: EmbedRequest | Sequence[str] | Sequence[Sequence[int]], **options: Any
     ) -> Result:
-        """Embeddings of ``output`` kind (default: the model's first). ``query`` asks for
-        query-side (True) or document-side (False) encoding where a model has sides
-        (ColBERT's markers and expansion, a Router's routes); None: neither said (a Router's
-        default route; a document elsewhere). ``modality`` image or audio: ``inputs`` are
-        URLs, data: URIs or raw bytes. ``max_tokens`` (vLLM's ``truncate_prompt_tokens``,
-        -1: the model's max) cuts each input to that many tokens from
-        ``truncation_direction``, special tokens included. With the embedding cache on,
-        inputs embedded before with the same options come from it and skip the batcher.
-        A side said without a ``prompt_name`` takes the model's prompt for that side, as
-        ``input_type`` does on the routes (sentence-transformers' ``encode_query``)."""
-        if prompt_name is None and query is not None and modality == "text":
-            prompts = self.model.prompts if self.model is not None else {}
-            prompt_name = prompt_for(SIDE_INPUT_TYPES[query], prompts)
-        options: dict[str, Any] = {
-            "output": output,
-            "normalize": normalize,
-            "dimensions": dimensions,
-            "truncate": truncate,
-            "truncation_direction": truncation_direction,
-            "prompt_name": prompt_name,
-            "query": query,
-            "modality": modality,
-            "max_tokens": max_tokens,
-        }
-        if self.cache is None or self._identity is None or self.model is None:
-            return _served(len(inputs), await self._embed(inputs, **options))
-        options["output"] = output or self.family.embedding
-        if options["output"] in (None, "logits"):  # refused by _embed, uncounted
-            return await self._embed(inputs, **options)
+        """The embeddings ``request`` asks for (``EmbedRequest``; the embedded API's plain
+        form, inputs and keywords, builds one). Validated once against the model; with the
+        embedding cache on, inputs embedded before with the same options come from it and
+        skip the batcher."""
+        if not isinstance(request, EmbedRequest):
+            request = EmbedRequest(request, **options)
+        request = request.validated(self._loaded(), self.name)
+        inputs = request.inputs
+        if self.cache is None or self._identity is None:
+            return _served(len(inputs), await self._embed(request))
         result = await embed_through(
             self.cache,
             self.name,
             self._identity,
             list(inputs),
-            options,
-            lambda items: self._embed(items, **options),
+            request.options(),
+            lambda items: self._embed(replace(request, inputs=items)),
         )
         return _served(len(inputs), result)
 
-    async def _embed(
-        self,
-        inputs: Sequence[str] | Sequence[Sequence[int]],
-        *,
-        output: Output | None = None,
-        normalize: bool | None = None,
-        dimensions: int | None = None,
-        truncate: bool = True,
-        truncation_direction: Direction = "right",
-        prompt_name: str | None = None,
-        query: bool | None = None,
-        modality: Modality = "text",
-        max_tokens: int | None = None,
-    ) -> Result:
-        """``embed`` computing every input."""
+    async def _embed(self, request: EmbedRequest) -> Result:
+        """``embed`` of a validated request, computing every input."""
         model = self._loaded()
-        family = self.family
-        output = output or family.embedding
-        if output is None or output == "logits":
-            raise BadRequest(
-                f"model {self.name!r} ({family.name}) does not embed; it serves {family.serves()}",
-                param="model",
-            )
-        family.require_output(output, self.name)
-        if dimensions is not None:  # refuse before spending compute
-            if output != "dense":
-                raise BadRequest(
-                    f"dimensions applies to dense embeddings; model {self.name!r} returns "
-                    f"{output} embeddings here",
-                    param="dimensions",
-                )
-            postprocess.truncate_dimensions(np.zeros((1, 1)), dimensions, model.hidden_size)
-        items = list(inputs)
+        assert request.output is not None  # validated
+        items = list(request.inputs)
         prepare: Prepare
         sizes: list[int] | None = None  # characters, or token ids, of each text input
         ids = False
-        if modality != "text":
-            family.require_modality(modality, self.name)
-            if max_tokens is not None:
-                raise BadRequest(
-                    f"truncate_prompt_tokens is for text; modality {modality} has no tokens",
-                    param="truncate_prompt_tokens",
-                )
-            prepare = self._media(items, modality)
+        if request.modality != "text":
+            prepare = self._media(items, request.modality)
         else:
             assert self.text_inputs is not None
             job = self.text_inputs.job(
                 items,
-                truncate=truncate,
-                direction=truncation_direction,
-                prompt_name=prompt_name,
-                query=query,
-                max_tokens=max_tokens,
+                truncate=request.truncate,
+                direction=request.truncation_direction,
+                prompt_name=request.prompt_name,
+                query=request.query,
+                max_tokens=request.max_tokens,
             )
             sizes = [len(it) for it in items]
             prepare = self._prepare.tokenizing(job, sum(sizes))
             ids = bool(items) and not isinstance(items[0], str)
-        rows, result = await self._run(prepare, output, len(items), sizes, ids=ids)
-        if output == "dense":
-            result.outputs = postprocess.embedding_output(
-                np.stack(rows),
-                normalize=model.normalize if normalize is None else normalize,
-                dimensions=dimensions,
-                hidden=model.hidden_size,
-            )
-        else:
-            result.outputs = rows
+        rows, result = await self._run(prepare, request.output, len(items), sizes, ids=ids)
+        normalize = model.normalize if request.normalize is None else request.normalize
+        result.output = (
+            output_type(request.output)
+            .from_rows(rows)
+            .finished(normalize=normalize, dimensions=request.dimensions, hidden=model.hidden_size)
+        )
         return result
 
     async def rerank(
-        self,
-        query: str,
-        documents: Sequence[str],
-        *,
-        raw_scores: bool = False,
-        truncate: bool = True,
-        modality: Modality = "text",
-        instruction: str | None = None,
-        scale: RerankScale = "saved",
+        self, request: RerankRequest | str, documents: Sequence[str] = (), **options: Any
     ) -> Result:
         """One score per document: a cross-encoder's or an LLM reranker's (its activation
-        unless raw), or MaxSim's. ``modality`` says what the documents are (page images for
-        ColPali); the query is text. ``instruction`` replaces an LLM reranker's own.
-        ``scale`` is the caller's dialect: see ``served_activation``."""
+        unless raw), or MaxSim's (``RerankRequest``; the embedded API's plain form, query,
+        documents and keywords, builds one)."""
+        if not isinstance(request, RerankRequest):
+            request = RerankRequest(request, documents, **options)
         model = self._loaded()
         processor = self.processor
         assert processor is not None
+        query, modality, truncate = request.query, request.modality, request.truncate
         scoring = self.family.require_scoring(self.name)
-        if instruction is not None:
+        if request.instruction is not None:
             self.family.require_instruction(self.name)
         if scoring == "maxsim":
-            docs = list(documents)
+            docs = list(request.documents)
             if modality != "text":
                 self.family.require_modality(modality, self.name)
                 pages = self._media(docs, modality)
@@ -404,45 +330,49 @@ class Engine:
                     ),
                     sum(sizes),
                 )
-            rows, result = await self._run(prepare, "multi", 1 + len(docs), sizes)
-            result.outputs = np.array([maxsim(rows[0], d) for d in rows[1:]], dtype=np.float64)
+            rows, result = await self._run(prepare, MultiVectors.kind, 1 + len(docs), sizes)
+            result.output = MultiVectors.from_rows(rows).maxsim()
             return _served(len(docs), result)
         if modality != "text":
             self.family.require_modality(modality, self.name)
-        pairs = [(query, doc) for doc in documents]
+        pairs = [(query, doc) for doc in request.documents]
         encode = partial(processor.encode_pairs, pairs, truncate=truncate)
-        if instruction is not None:  # an instructed family's processor takes it
-            encode = partial(encode, instruction=instruction)
-        pair_sizes = [len(query) + len(doc) for doc in documents]
+        if request.instruction is not None:  # an instructed family's processor takes it
+            encode = partial(encode, instruction=request.instruction)
+        pair_sizes = [len(query) + len(doc) for doc in request.documents]
         rows, result = await self._run(
-            self._prepare.tokenizing(encode, sum(pair_sizes)), "logits", len(pairs), pair_sizes
+            self._prepare.tokenizing(encode, sum(pair_sizes)), Logits.kind, len(pairs), pair_sizes
         )
-        activation = served_activation(model.rerank_activation, self.family.backbone, scale)
-        result.outputs = postprocess.rerank_scores(
-            np.stack(rows), raw=raw_scores or activation == "none"
-        )
+        activation = served_activation(model.rerank_activation, self.family.backbone, request.scale)
+        raw = request.raw_scores or activation == "none"
+        result.output = Logits.from_rows(rows).scores(raw=raw)
         return _served(len(pairs), result)
 
     async def classify(
-        self, texts: Sequence[str], *, raw_scores: bool = False, truncate: bool = True
+        self, request: ClassifyRequest | Sequence[str], **options: Any
     ) -> tuple[list[list[dict]], Result]:
+        """Every label's score per text (``ClassifyRequest``; the embedded API's plain
+        form, texts and keywords, builds one)."""
+        if not isinstance(request, ClassifyRequest):
+            request = ClassifyRequest(request, **options)
         model = self._loaded()
         self.family.require_classify(self.name)
         processor = self.processor
         assert processor is not None
+        texts, truncate = list(request.texts), request.truncate
         sizes = [len(t) for t in texts]
+        encode = partial(processor.encode, texts, truncate=truncate)
         rows, result = await self._run(
-            self._prepare.tokenizing(
-                lambda: processor.encode(list(texts), truncate=truncate), sum(sizes)
-            ),
-            "logits",
+            self._prepare.tokenizing(encode, sum(sizes)),
+            Logits.kind,
             len(texts),
             sizes,
         )
-        scores = postprocess.label_scores(
-            np.stack(rows), model.id2label, raw=raw_scores, activation=model.activation
+        labels = Logits.from_rows(rows).labels(
+            model.id2label, raw=request.raw_scores, activation=model.activation
         )
-        return scores, _served(len(texts), result)
+        result.output = labels
+        return labels.rows, _served(len(texts), result)
 
     async def tokenize(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list:
         processor = self.processor

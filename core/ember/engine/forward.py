@@ -16,6 +16,7 @@ from ember.capabilities import Output
 from ember.cpu import lower_thread_priority
 from ember.heads.base import Head
 from ember.models.spec import ResolvedModel
+from ember.outputs import Row
 from ember.processors import TextProcessor
 
 
@@ -41,14 +42,14 @@ def run_batch(
     backend: Backend,
     heads: Mapping[Output, Head],
     pieces: Sequence[Piece],
-) -> list[Any]:
+) -> Sequence[Row]:
     """One batch on a forward thread: collate, forward, and each row's head."""
     batch = processor.collate([p.features for p in pieces])  # type: ignore[arg-type]
     outputs = backend.forward(batch)
     first = pieces[0].output
     if all(p.output == first for p in pieces):
         return heads[first].split(outputs, batch, range(len(pieces)))
-    results: list[Any] = [None] * len(pieces)
+    results: list[Any] = [None] * len(pieces)  # every slot is filled below
     for output in {p.output for p in pieces}:
         rows = [i for i, p in enumerate(pieces) if p.output == output]
         for row, value in zip(rows, heads[output].split(outputs, batch, rows), strict=True):

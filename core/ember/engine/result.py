@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ember.outputs import OutputValue
+
 
 @dataclass
 class Timings:
@@ -25,15 +27,21 @@ class Timings:
 
 @dataclass
 class Result:
-    """What an engine call returns: per-input outputs plus accounting.
+    """What an engine call returns: its typed, finished output plus accounting.
 
-    ``outputs`` is float32 [n, d] for dense embeddings and scores, a list of [k_i, d]
+    ``output`` is ``DenseVectors``, ``MultiVectors``, ``SparseVectors`` or ``Scores``
+    (``ember.outputs``); ``outputs`` is its plain payload as the embedded API hands it
+    out: float32 [n, d] for dense embeddings, float64 [n] for scores, a list of [k_i, d]
     arrays for multi-vector embeddings, a list of ``SparseVector`` for sparse ones.
     """
 
-    outputs: Any
+    output: OutputValue | None
     prompt_tokens: int
     timings: Timings = field(default_factory=Timings)
     # Tokens per input, in order, where the call counted them (the embedding cache keeps
     # each input's count with its row, so a hit's ``usage`` is the miss's).
     input_tokens: list[int] = field(default_factory=list)
+
+    @property
+    def outputs(self) -> Any:
+        return None if self.output is None else self.output.payload

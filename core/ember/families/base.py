@@ -28,6 +28,7 @@ from ember.capabilities import (
 )
 from ember.errors import BadRequest, ConfigError
 from ember.models.spec import ModelSpec, Task
+from ember.outputs import MultiVectors, SparseVectors, embeds, has, output_type
 
 if TYPE_CHECKING:
     from ember.backends.base import Backend
@@ -183,16 +184,16 @@ class Family:
     @property
     def embedding(self) -> Output | None:
         """What /v1/embeddings returns: the model's first embedding output."""
-        return next((o for o in self.outputs if o != "logits"), None)
+        return next((o for o in self.outputs if embeds(o)), None)
 
     @property
     def capabilities(self) -> list[Capability]:
         caps: list[Capability] = []
         if self.embedding is not None:  # /v1/embeddings serves it (Infinity lists any)
             caps.append("embed")
-        if "sparse" in self.outputs:
+        if has(self.outputs, SparseVectors):
             caps.append("embed_sparse")
-        if "multi" in self.outputs:
+        if has(self.outputs, MultiVectors):
             caps.append("embed_multi")
         if "image" in self.modalities:
             caps.append("image_embed")
@@ -209,8 +210,7 @@ class Family:
 
     def serves(self) -> str:
         """What this kind serves, in words, for error messages."""
-        words = {"dense": "dense embeddings", "sparse": "sparse embeddings"}
-        parts = [words.get(o, "multi-vector embeddings") for o in self.outputs if o != "logits"]
+        parts = [output_type(o).words for o in self.outputs if embeds(o)]
         if len(self.modalities) > 1:
             parts = [
                 f"{p} of {' and '.join(MODALITY_NOUNS[m] for m in self.modalities)}" for p in parts

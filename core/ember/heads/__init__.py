@@ -2,6 +2,7 @@
 
 A head turns a batch's named outputs (``ember.batch.Outputs``) into one result
 per input: a pooled vector (``dense``), one vector per token (``multi``), a sparse vector
-(``sparse``) or logits (``logits``). Request-level finishing (normalisation, Matryoshka,
-output types, scores) is in ``postprocess``, ``quantize`` and ``scores``.
+(``sparse``) or logits (``logits``): the rows of a type in ``ember.outputs``, which owns
+request-level finishing (normalisation, Matryoshka, activation, MaxSim, cosine);
+``quantize`` holds the --embedding-dtype encodings.
 """

@@ -1,21 +1,25 @@
-"""The head protocol: a batch's outputs -> one result per row it is asked for."""
+"""The head protocol: a batch's outputs -> one row of its output type per input it is
+asked for (``ember.outputs``: the engine collects a request's rows into that type)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from ember.batch import ATTENTION, Batch, TokenBatch
 from ember.capabilities import Output
+from ember.outputs import Row
 
 
 class Head(Protocol):
     output: Output
 
-    def split(self, outputs: dict[str, np.ndarray], batch: Batch, rows: Sequence[int]) -> list[Any]:
-        """One result for each of ``rows`` (indices into the batch), in that order."""
+    def split(
+        self, outputs: dict[str, np.ndarray], batch: Batch, rows: Sequence[int]
+    ) -> Sequence[Row]:
+        """One row for each of ``rows`` (indices into the batch), in that order."""
         ...
 
 

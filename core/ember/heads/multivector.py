@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 
 from ember.batch import TOKEN_STATES, TokenBatch
-from ember.heads.postprocess import l2_normalize
+from ember.outputs import l2_normalize
 
 
 @dataclass(frozen=True)

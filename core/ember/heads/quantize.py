@@ -22,11 +22,12 @@ as OpenAI's ``encoding_format: "base64"`` (``np.frombuffer(b64decode(s), "<f4")`
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable, Iterable
 from typing import Literal, get_args
 
 import numpy as np
+
+from ember.outputs import DenseVectors
 
 EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
 EMBEDDING_TYPES: tuple[str, ...] = get_args(EmbeddingType)
@@ -57,8 +58,7 @@ def to_binary(vectors: np.ndarray) -> np.ndarray:
 
 
 def to_base64(vectors: np.ndarray) -> list[str]:
-    rows = np.ascontiguousarray(vectors, dtype="<f4")
-    return [base64.b64encode(row.tobytes()).decode("ascii") for row in rows]
+    return DenseVectors(vectors).base64_rows()
 
 
 _ENCODERS: dict[str, Callable[[np.ndarray], np.ndarray | list[str]]] = {

@@ -17,17 +17,7 @@ import numpy as np
 
 from ember.batch import EMBEDDINGS, TOKEN_STATES, TokenBatch
 from ember.heads.base import attention
-
-
-@dataclass(frozen=True)
-class SparseVector:
-    indices: np.ndarray  # int64, ascending
-    values: np.ndarray  # float32, all > 0
-
-    @classmethod
-    def from_dense(cls, weights: np.ndarray) -> SparseVector:
-        (idx,) = np.nonzero(weights > 0)
-        return cls(idx.astype(np.int64), weights[idx].astype(np.float32))
+from ember.outputs import SparseVector
 
 
 def erf(x: np.ndarray) -> np.ndarray:

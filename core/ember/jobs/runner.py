@@ -33,6 +33,7 @@ from ember.jobs.refusals import embed_each, split_refused
 from ember.jobs.shards import embedding_array
 from ember.jobs.writer import JobRun, JobSummary
 from ember.models.spec import ModelSpec
+from ember.outputs import embeds
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,7 @@ def choose_output(engine: Engine, wanted: Output | None) -> Output:
 def output_of(kind: Family, name: str, wanted: Output | None) -> Output:
     """``choose_output`` from the model's family (a Ray driver resolves it, loads nothing)."""
     output = wanted or kind.embedding
-    if output is None or output == "logits":
+    if output is None or not embeds(output):
         raise BadRequest(f"model {name!r} ({kind.name}) does not embed; it serves {kind.serves()}")
     kind.require_output(output, name)
     return output

@@ -27,6 +27,7 @@ import numpy as np
 
 from ember.capabilities import Output
 from ember.errors import BadRequest, ConfigError
+from ember.outputs import DenseVectors, MultiVectors, OutputValue, SparseVectors, output_type
 
 CHECKPOINT = "_ember_job.json"
 ERRORS = "_errors.jsonl"  # the dead letters: rows the model refused, one JSON line each
@@ -244,33 +245,54 @@ class Dataset:
 # ---- rows -> Arrow ---------------------------------------------------------------------
 
 
-def embedding_array(output: Output, values: Sequence[Any]) -> Any:
-    """One Arrow column of embeddings: dense ``fixed_size_list<float32>[d]``, multi-vector
-    ``list<fixed_size_list<float32>[d]>`` (one vector per token), sparse
-    ``struct<indices: list<int64>, values: list<float32>>``."""
+def _dense_array(values: Sequence[Any]) -> Any:
+    """``fixed_size_list<float32>[d]``."""
     import pyarrow as pa
 
-    if output == "dense":
-        matrix = np.ascontiguousarray(np.asarray(values, dtype=np.float32))
-        flat = pa.array(matrix.reshape(-1), type=pa.float32())
-        return pa.FixedSizeListArray.from_arrays(flat, matrix.shape[1])
-    if output == "multi":
-        mats = [np.asarray(m, dtype=np.float32) for m in values]
-        dim = mats[0].shape[1] if mats else 0
-        flat = pa.array(
-            np.concatenate([m.reshape(-1) for m in mats]) if mats else np.zeros(0, np.float32),
-            type=pa.float32(),
-        )
-        vectors = pa.FixedSizeListArray.from_arrays(flat, dim)
-        offsets = np.concatenate([[0], np.cumsum([m.shape[0] for m in mats])]).astype(np.int32)
-        return pa.ListArray.from_arrays(pa.array(offsets), vectors)
-    if output == "sparse":
-        indices = pa.array([np.asarray(v.indices, dtype=np.int64) for v in values])
-        weights = pa.array(
-            [np.asarray(v.values, dtype=np.float32) for v in values], type=pa.list_(pa.float32())
-        )
-        return pa.StructArray.from_arrays([indices, weights], names=["indices", "values"])
-    raise BadRequest(f"cannot write {output} outputs as embeddings")
+    matrix = np.ascontiguousarray(np.asarray(values, dtype=np.float32))
+    flat = pa.array(matrix.reshape(-1), type=pa.float32())
+    return pa.FixedSizeListArray.from_arrays(flat, matrix.shape[1])
+
+
+def _multi_array(values: Sequence[Any]) -> Any:
+    """``list<fixed_size_list<float32>[d]>``: one vector per token."""
+    import pyarrow as pa
+
+    mats = [np.asarray(m, dtype=np.float32) for m in values]
+    dim = mats[0].shape[1] if mats else 0
+    flat = pa.array(
+        np.concatenate([m.reshape(-1) for m in mats]) if mats else np.zeros(0, np.float32),
+        type=pa.float32(),
+    )
+    vectors = pa.FixedSizeListArray.from_arrays(flat, dim)
+    offsets = np.concatenate([[0], np.cumsum([m.shape[0] for m in mats])]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), vectors)
+
+
+def _sparse_array(values: Sequence[Any]) -> Any:
+    """``struct<indices: list<int64>, values: list<float32>>``."""
+    import pyarrow as pa
+
+    indices = pa.array([np.asarray(v.indices, dtype=np.int64) for v in values])
+    weights = pa.array(
+        [np.asarray(v.values, dtype=np.float32) for v in values], type=pa.list_(pa.float32())
+    )
+    return pa.StructArray.from_arrays([indices, weights], names=["indices", "values"])
+
+
+_ARRAYS: dict[type[OutputValue], Any] = {
+    DenseVectors: _dense_array,
+    MultiVectors: _multi_array,
+    SparseVectors: _sparse_array,
+}
+
+
+def embedding_array(output: Output, values: Sequence[Any]) -> Any:
+    """One Arrow column of embeddings, in the output type's own column type."""
+    write = _ARRAYS.get(output_type(output))
+    if write is None:
+        raise BadRequest(f"cannot write {output} outputs as embeddings")
+    return write(values)
 
 
 def shard_table(ids: Sequence[Any], output: Output, values: Sequence[Any], id_type: Any) -> Any:

@@ -11,6 +11,7 @@ from ember.errors import ConfigError
 from ember.models.facts import detect_task, max_length
 from ember.models.spec import Pooling, ResolvedModel, Task
 from ember.models.st_files import dense_layer, pipeline_width
+from ember.outputs import DenseVectors, has
 
 if TYPE_CHECKING:
     from ember.families.base import Family, ModelFiles
@@ -37,7 +38,7 @@ def resolve_pipeline(files: ModelFiles, family: Family) -> ResolvedModel:
     modes: tuple[Pooling, ...] = (
         (spec.pooling,) if spec.pooling else st_pooling.modes if st_pooling else ()
     )
-    if "dense" in family.outputs and not modes:
+    if has(family.outputs, DenseVectors) and not modes:
         raise ConfigError(
             f"{served_name} has no sentence-transformers pooling config (1_Pooling/config.json); "
             "pass --pooling cls|mean|last|max so the vectors are not silently wrong"

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from ember.backend_settings import BackendSettings
+from ember.outputs import Activation
 
 if TYPE_CHECKING:
     from ember.capabilities import Backbone
@@ -14,9 +15,6 @@ if TYPE_CHECKING:
     from ember.media.limits import MediaLimits
 
 Task = Literal["embed", "rerank", "classify"]
-# What turns a classifier's logits into label scores (transformers' text-classification
-# pipeline: softmax over labels, sigmoid per label, or the raw values of a regression).
-Activation = Literal["softmax", "sigmoid", "none"]
 SparseActivation = Literal["relu", "log1p_relu"]
 # What a reranker's relevance_score is of its logit: sigmoid, or the logit itself (a
 # CrossEncoder saved with activation_fn Identity).

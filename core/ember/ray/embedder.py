@@ -21,6 +21,7 @@ from ember.capabilities import Output
 from ember.jobs.refusals import Refused, split_refused
 from ember.jobs.runner import CHUNK_ROWS, IN_FLIGHT, JobOptions, choose_output, embed_rows
 from ember.jobs.shards import embedding_array
+from ember.outputs import is_dense
 
 
 class Embedder:
@@ -146,7 +147,7 @@ class Embedder:
     def _numpy(self, batch: Any, values: list[Any]) -> dict[str, Any]:
         names = list(batch) if self.keep_columns is None else self.keep_columns
         out = {name: np.asarray(batch[name]) for name in names}
-        if self.output == "dense":
+        if is_dense(self.output):
             dim = self.empty.type.list_size
             out[self.output_column] = (
                 np.stack(

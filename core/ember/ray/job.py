@@ -128,15 +128,13 @@ def embed_on_ray(
 def _check_options(model: Any, output: str, options: JobOptions) -> None:
     """What the in-process job's first call would refuse, refused before any worker starts
     (a worker's failed start reaches the driver as Ray's error, not the model's reason)."""
-    import numpy as np
-
     from ember.errors import BadRequest
-    from ember.heads.postprocess import truncate_dimensions
+    from ember.outputs import check_dimensions, is_dense
 
     if options.dimensions is not None:
-        if output != "dense":
+        if not is_dense(output):  # type: ignore[arg-type]
             raise BadRequest(f"--dimensions applies to dense embeddings, not {output}")
-        truncate_dimensions(np.zeros((1, 1)), options.dimensions, model.hidden_size)
+        check_dimensions(options.dimensions, model.hidden_size)
     if options.prompt_name is not None and options.prompt_name not in model.prompts:
         raise BadRequest(
             f"prompt_name {options.prompt_name!r} is not one of this model's prompts "

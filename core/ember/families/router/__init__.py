@@ -21,6 +21,7 @@ from ember.families.base import Family, ModelFiles, lazy
 from ember.families.router.facts import Routes
 from ember.models.spec import ResolvedModel
 from ember.models.st_files import ROUTER, TABLE_MODULES, read_json, st_prompts
+from ember.outputs import is_dense
 
 if TYPE_CHECKING:
     from ember.capabilities import Output
@@ -92,7 +93,7 @@ def resolve(files: ModelFiles, family: Family) -> ResolvedModel:
         )
     output = next(iter(outputs.values()))
     widths = {r: m.hidden_size for r, m in routes.items()}
-    if output == "dense" and len(set(widths.values())) > 1:
+    if is_dense(output) and len(set(widths.values())) > 1:
         raise ConfigError(
             f"{path}: the routes return vectors of different widths ({widths}); Ember serves "
             "a Router whose routes share one vector space"

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from ember.batch import Batch, TokenBatch
 from ember.capabilities import Output
 from ember.heads.base import Head
-from ember.heads.postprocess import l2_normalize
+from ember.outputs import Row, l2_normalize
 
 
 @dataclass(frozen=True)
@@ -24,7 +23,9 @@ class RoutedHead:
     heads: Mapping[str, Head]
     normalized: frozenset[str] = frozenset()
 
-    def split(self, outputs: dict[str, np.ndarray], batch: Batch, rows: Sequence[int]) -> list[Any]:
+    def split(
+        self, outputs: dict[str, np.ndarray], batch: Batch, rows: Sequence[int]
+    ) -> Sequence[Row]:
         assert isinstance(batch, TokenBatch) and batch.part is not None
         results = self.heads[batch.part].split(outputs, batch, rows)
         if batch.part in self.normalized:
