@@ -97,7 +97,9 @@ class ServerSettings(BaseSettings):
     )
     device: str | None = _per_model("auto|cpu|cuda|mps.", "auto")
     dtype: str | None = _per_model(
-        "auto|float32|float16|bfloat16|int8; auto is float32 on CPU, float16 on CUDA.", "auto"
+        "auto|float32|float16|bfloat16|int8; auto is float32 on CPU, float16 on CUDA; int8 on "
+        "a CPU is the fast tier (openvino where the CPU has VNNI or AMX, else onnx).",
+        "auto",
     )
     pooling: str | None = _per_model("auto|cls|mean|last|max; auto reads 1_Pooling.", "auto")
     embedding_dtype: str | None = _per_model(
