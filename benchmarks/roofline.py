@@ -126,6 +126,17 @@ def measure(
     return out
 
 
+def best_of(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """Per format, the faster of two measurements (start and end of a run): on a shared
+    host the slower one measured the other processes, not the CPU."""
+    formats = {}
+    for fmt in FORMATS:
+        runs = [r["formats"].get(fmt, {}) for r in (first, second)]
+        ok = [x for x in runs if "gflops" in x]
+        formats[fmt] = max(ok, key=lambda x: x["gflops"]) if ok else runs[0]
+    return {**first, "formats": formats, "measured": "best of the run's start and end"}
+
+
 def tier_format(row: dict[str, Any]) -> str:
     """Which number format a served row computes its GEMMs in (its roofline)."""
     dtype = str(row.get("served_dtype") or "")

@@ -1014,6 +1014,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 r.setdefault("rerank_error", "no rerank in this engine")
 
     gemm_end = matmul_peak_gflops(threads)
+    roofline = roofline_mod.best_of(roofline, measure_roofline(model, bench, threads))
     foreign_cpu = foreign.stop()
     peak = max(gemm_start, gemm_end)
     add_ratios(rows, peak)
