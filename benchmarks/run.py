@@ -56,13 +56,17 @@ if str(REPO) not in sys.path:
 
 from benchmarks import corpus as corpus_mod  # noqa: E402
 from benchmarks import loadgen  # noqa: E402
+from benchmarks import roofline as roofline_mod  # noqa: E402
 from benchmarks.flops import ModelShape, model_shape  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 TMP = RESULTS / "tmp"  # gitignored: logs, exported models, caches
 HOST = "127.0.0.1"
 MODEL_NAME = "bench"
-COSINE_SAMPLE = 20
+# The tiers one run reports beside Infinity: the default (no flags), the exact path and the
+# fast tier, each one documented flag (README, "Speed").
+TIERS = {"auto:auto": "ember-default", "auto:float32": "ember-exact", "auto:int8": "ember-fast"}
+DEFAULT_EMBER = ",".join(TIERS)
 # Infinity at its best here: torch with BetterTransformer needs the pinned venv, and the
 # ctranslate2 engine needs transformers>=4.56 (it passes `dtype=`), i.e. the unpinned one.
 DEFAULT_INFINITY = "torch,ctranslate2@.venv-infinity-latest"
@@ -103,7 +107,7 @@ def ember_server(spec: str, python: str) -> ServerDef:
     spec, _, source = spec.partition("@")
     backend, _, dtype = spec.partition(":")
     dtype = dtype or "auto"
-    name = "ember-default" if (backend, dtype) == ("auto", "auto") else f"ember-{backend}-{dtype}"
+    name = TIERS.get(f"{backend}:{dtype}", f"ember-{backend}-{dtype}")
     root = Path(source).resolve() if source else REPO
     if source:
         name += f"[{root.name}]"
@@ -516,6 +520,36 @@ def matmul_peak_gflops(threads: int, seconds: float = 3.0, n: int = 2048) -> flo
         torch.set_num_threads(old)
 
 
+def fetch_in_requests(base_url: str, texts: Sequence[str], path: str, size: int = 32) -> list:
+    """Embeddings of ``texts`` in requests of ``size`` (as load (a) sends them), in order."""
+    vecs: list = []
+    for start in range(0, len(texts), size):
+        vecs += asyncio.run(
+            loadgen.fetch_embeddings(
+                base_url, texts[start : start + size], path=path, model=MODEL_NAME
+            )
+        )
+    return vecs
+
+
+def served_dtype(base_url: str) -> str:
+    """What an Ember server says it computes in (/v1/models: backend, dtype, auto's why)."""
+    try:
+        model = httpx.get(base_url + "/v1/models", timeout=10, trust_env=False).json()["data"][0]
+    except (httpx.HTTPError, ValueError, KeyError, IndexError):
+        return "?"
+    return f"{model.get('backend', '?')} {model.get('dtype', '?')}"
+
+
+def measure_roofline(model: Path, bench: Bench, threads: int) -> dict[str, Any]:
+    """This machine's GEMM rooflines at the model's matmul shapes (benchmarks/roofline.py)."""
+    config = json.loads((model / "config.json").read_text())
+    mean_flops = sum(bench.sentence_flops()) / len(bench.tokens)
+    return roofline_mod.measure(
+        int(config["hidden_size"]), int(config["intermediate_size"]), mean_flops, threads=threads
+    )
+
+
 def cosine_worst(a: np.ndarray, b: np.ndarray) -> float:
     a = a / np.linalg.norm(a, axis=1, keepdims=True)
     b = b / np.linalg.norm(b, axis=1, keepdims=True)
@@ -609,14 +643,13 @@ def run_session(
                 asyncio.run(loadgen.run_load(live.base_url, warm, name="warm", concurrency=1))
                 if tag == "embed":
                     sample = [bench.corpus.sentences[i] for i in bench.sample_idx]
-                    vecs = asyncio.run(
-                        loadgen.fetch_embeddings(
-                            live.base_url, sample, path=server.embed_path, model=MODEL_NAME
-                        )
-                    )
+                    vecs = fetch_in_requests(live.base_url, sample, server.embed_path)
                     live.row["cosine_min"] = round(
                         cosine_worst(np.asarray(vecs), bench.reference), 6
                     )
+                    live.row["cosine_sentences"] = len(sample)
+                if server.family == "ember":
+                    live.row["served_dtype"] = served_dtype(live.base_url)
             except Exception as exc:
                 fail(live, exc)
         up = [x for x in fleet if x.ok]
@@ -791,6 +824,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"{cs.get('tokens_total')} MiniLM tokens (mean {cs.get('tokens_mean')}/sentence).",
         f"- torch fp32 GEMM peak, {m['threads']} threads: {m['gemm_peak_gflops']:.0f} GFLOP/s "
         f"(start {m['gemm_start_gflops']:.0f}, end {m['gemm_end_gflops']:.0f}).",
+        f"- Worst cos: over {m.get('cosine_sentences', 20)} corpus sentences, sent in requests "
+        "of 32, against fp32 sentence-transformers.",
         f"- Versions: {m['versions']}",
         f"- Command: `{m['command']}` ({m['total_s']:.0f} s)",
         "",
@@ -891,9 +926,9 @@ def versions(infinity_venvs: Sequence[Path]) -> str:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Ember vs Infinity benchmark (CPU, loopback).")
     p.add_argument("--model", type=Path, default=None, help="model dir (default: packaged)")
-    p.add_argument("--ember", default="torch:float32",
+    p.add_argument("--ember", default=DEFAULT_EMBER,
                    help="comma list of backend:dtype, e.g. torch:float32,onnx:int8,ct2:int8; "
-                        "'' for none")  # fmt: skip
+                        "'' for none (default: the tiers auto,auto:float32,auto:int8)")  # fmt: skip
     p.add_argument("--infinity-engines", default=DEFAULT_INFINITY,
                    help="comma list of torch,ctranslate2,optimum (engine@venv for another "
                         "Infinity venv); '' for none")  # fmt: skip
@@ -903,6 +938,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slices", type=int, default=4, help="interleaving granularity per load")
     p.add_argument("--quick", action="store_true", help="small corpus: a smoke run")
     p.add_argument("--sentences", type=int, default=None, help="corpus size (default 2048)")
+    p.add_argument("--cosine-sentences", type=int, default=0,
+                   help="worst cosine over this many corpus sentences (0: all)")  # fmt: skip
     p.add_argument("--time-limit", type=float, default=50.0,
                    help="seconds per load and server at most (split over the slices)")  # fmt: skip
     p.add_argument("--start-timeout", type=float, default=300.0)
@@ -927,20 +964,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     n = args.sentences or (128 if args.quick else corpus_mod.N_SENTENCES)
     corpus = corpus_mod.make_corpus(n)
     tokenizer = model / "tokenizer.json"
-    step = max(1, n // COSINE_SAMPLE)
+    checked = args.cosine_sentences or n
+    step = max(1, n // checked)
     threads = os.cpu_count() or 1
     loads = [x for x in "abcd" if x in args.loads]
     pairs = corpus_mod.pair_token_counts(corpus.rerank_query, corpus.rerank_docs, tokenizer)
     bench = Bench(
         corpus=corpus, tokens=corpus_mod.token_counts(corpus.sentences, tokenizer),
         short_tokens=corpus_mod.token_counts([corpus.short], tokenizer)[0], pair_tokens=pairs,
-        sample_idx=list(range(0, n, step))[:COSINE_SAMPLE], shape=model_shape(model),
+        sample_idx=list(range(0, n, step))[:checked], shape=model_shape(model),
         latency_requests=40 if args.quick else 200, rerank_requests=8 if args.quick else 40,
         time_limit_s=args.time_limit, slices=2 if args.quick else args.slices,
     )  # fmt: skip
 
-    print(f"GEMM peak ({threads} threads) ...", file=sys.stderr, flush=True)
+    print(f"GEMM peak and rooflines ({threads} threads) ...", file=sys.stderr, flush=True)
     gemm_start = matmul_peak_gflops(threads)
+    roofline = measure_roofline(model, bench, threads)
 
     from sentence_transformers import SentenceTransformer
 
@@ -975,14 +1014,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 r.setdefault("rerank_error", "no rerank in this engine")
 
     gemm_end = matmul_peak_gflops(threads)
+    roofline = roofline_mod.best_of(roofline, measure_roofline(model, bench, threads))
     foreign_cpu = foreign.stop()
     peak = max(gemm_start, gemm_end)
     add_ratios(rows, peak)
+    roofline_mod.shares(rows, roofline)
     date = dt.date.today().isoformat()
     mem_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
     result = {
         "meta": {
-            "date": date, "cpu": cpu_name(), "cores": os.cpu_count(), "mem_gib": mem_gib,
+            "date": date, "cpu": cpu_name(), "cpu_kind": roofline_mod.cpu_kind(),
+            "roofline": roofline, "cores": os.cpu_count(), "mem_gib": mem_gib,
             "threads": threads, "gemm_peak_gflops": round(peak, 1),
             "gemm_start_gflops": round(gemm_start, 1), "gemm_end_gflops": round(gemm_end, 1),
             "loadavg_start": load_start, "loadavg_end": loadavg(),
@@ -992,13 +1034,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "params_non_embedding": bench.shape.params_non_embedding,
             "latency_requests": bench.latency_requests, "rerank_requests": bench.rerank_requests,
             "rerank_pair_tokens": sum(bench.pair_tokens), "loads": loads,
+            "cosine_sentences": len(bench.sample_idx),
             "slices": bench.slices, "time_limit_s": bench.time_limit_s,
             "command": " ".join(["benchmarks/run.py", *(argv or sys.argv[1:])]),
             "total_s": round(time.perf_counter() - t_start, 1),
         },
         "rows": rows,
     }  # fmt: skip
-    text = markdown(result)
+    text = (
+        markdown(result) + "\n" + roofline_mod.markdown(roofline, rows, result["meta"]["cpu_kind"])
+    )
     print(text)
     out = args.out or RESULTS / f"{date}-cpu{'-quick' if args.quick else ''}.md"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -52,6 +52,7 @@ REGISTRY: dict[str, BackendEntry] = {
             exporter="ember.backends.ct2_backend",
             export_subdir="ct2",  # the converted model has a config.json of its own
         ),
+        BackendEntry("openvino", "ember.backends.openvino_backend", ("openvino",)),
         BackendEntry(
             "neuron",
             "ember.backends.neuron_backend",

@@ -84,7 +84,8 @@ class ServerSettings(BaseSettings):
     device: str | None = _per_model("auto|cpu|cuda|mps.", "auto")
     dtype: str | None = _per_model(
         "auto|float32|float16|bfloat16|int8; auto is float16 on CUDA, float32 on CPU (under "
-        "--backend auto: bf16 where the CPU has it natively and a probe finds it near-exact).",
+        "--backend auto: bf16 where the CPU has it natively and a probe finds it near-exact); "
+        "int8 on a CPU is the fast tier (openvino where the CPU has VNNI or AMX, else onnx).",
         "auto",
     )
     pooling: str | None = _per_model("auto|cls|mean|last|max; auto reads 1_Pooling.", "auto")

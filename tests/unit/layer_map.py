@@ -42,6 +42,7 @@ BANDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "ember.cpu",
             "ember.backend_table",
             "ember.backend_settings",
+            "ember.outputs",
         ),
     ),
     ("media", "fetching and decoding images and audio, and their limits", ("ember.media",)),

@@ -57,16 +57,19 @@ def load_backend(model: ResolvedModel) -> Backend:
     except Exception as exc:
         if choice.backend == "torch" or choice.exported or choice.only:
             raise
-        # What auto picked for speed failed where torch may not: serve, and say why.
+        # What auto picked for speed failed where another may not: serve, and say why
+        # (the int8 fast tier falls back to onnx's int8, as torch has none).
+        fallback = "onnx" if choice.backend == "openvino" else "torch"
         failure = one_line(exc)
         log.warning(
-            "model %s: %s failed (%s); serving with torch",
+            "model %s: %s failed (%s); serving with %s",
             model.served_name,
             choice.backend,
             failure,
+            fallback,
         )
-        reason = f"{reason}, but {choice.backend} failed ({failure}), so torch"
-        backend = _load("torch", model.on_backend("torch"))
+        reason = f"{reason}, but {choice.backend} failed ({failure}), so {fallback}"
+        backend = _load(fallback, model.on_backend(fallback))
     if choice.exported or choice.only:
         return _report(backend, reason)
     from ember.backends.near_exact import settle

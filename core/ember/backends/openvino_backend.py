@@ -1,4 +1,5 @@
-"""OpenVINO on the CPU: the onnx backend's float32 graph, run at bfloat16 precision.
+"""OpenVINO on the CPU: the onnx backend's float32 graph, run at bfloat16 precision, or
+(``--dtype int8``, the fast tier) that graph quantised by NNCF (``openvino_int8``).
 
 This is ``--backend auto``'s near-exact path on a CPU with AVX512-BF16 or AMX
 (``ember.backends.near_exact``), not a backend of its own: it reads the same cached graph
@@ -27,6 +28,40 @@ from ember.models.spec import ResolvedModel
 
 NAME = "openvino"
 PRECISIONS = {"bfloat16": "bf16", "float32": "f32"}
+INT8 = "int8"  # int8 matmuls; the rest at bf16 where the CPU has it natively, else f32
+
+
+def serves(model: ResolvedModel, precision: str) -> str | None:
+    """Why openvino cannot serve ``model`` at ``precision`` here; None where it can: a
+    text encoder pooled to one vector or a sequence classifier; for int8 (the fast tier)
+    also a CPU with int8 dot-product units (VNNI, AMX) and nncf installed."""
+    from importlib.util import find_spec
+
+    from ember.cpu import int8_dot_product
+
+    if model.backbone not in ("encoder", "sequence-classifier") or model.facts.answer_tokens:
+        return f"no openvino path for {model.family.name} models"
+    if model.task_adapters or not model.family.runs_on("onnx"):
+        return f"{model.family.name} models have no ONNX graph to quantise"
+    if model.backbone == "encoder" and "embed" not in model.family.capabilities:
+        return "no openvino path for multi-vector or sparse outputs"
+    if precision != INT8:
+        return None
+    if int8_dot_product() != "vnni":
+        return "this CPU has no int8 dot-product unit (AVX512-VNNI or AMX)"
+    if find_spec("openvino") is None or find_spec("nncf") is None:
+        return "openvino and nncf are not installed (pip install 'ember[openvino]')"
+    return None
+
+
+def _hint(precision: str) -> str:
+    """OpenVINO's inference precision for ``precision`` (int8: what runs outside the
+    int8 matmuls)."""
+    if precision == INT8:
+        from ember.cpu import native_bf16
+
+        return "bf16" if native_bf16() else "f32"
+    return PRECISIONS[precision]
 
 
 def compile_graph(path: Any, precision: str, streams: int, threads: int) -> Any:
@@ -35,7 +70,7 @@ def compile_graph(path: Any, precision: str, streams: int, threads: int) -> Any:
     import openvino
 
     config = {
-        "INFERENCE_PRECISION_HINT": PRECISIONS[precision],
+        "INFERENCE_PRECISION_HINT": _hint(precision),
         "INFERENCE_NUM_THREADS": threads,
         "NUM_STREAMS": streams,
         "PERFORMANCE_HINT": "LATENCY",
@@ -66,8 +101,8 @@ def check_precision(precision: str) -> None:
         raise MissingDependency(
             "the near-exact path needs openvino: pip install 'ember[openvino]'"
         ) from exc
-    if precision not in PRECISIONS:
-        raise ConfigError(f"openvino runs bfloat16 or float32 here, not {precision!r}")
+    if precision not in (*PRECISIONS, INT8):
+        raise ConfigError(f"openvino runs bfloat16, float32 or int8 here, not {precision!r}")
 
 
 class OpenVinoBackend(BackendDefaults):
@@ -111,10 +146,18 @@ class OpenVinoBackend(BackendDefaults):
 
 def load(model: ResolvedModel) -> Backend:
     """The model's float32 ONNX graph (built or cached as the onnx backend does), compiled
-    for this CPU at ``model.runtime.dtype``'s precision (bfloat16 or float32)."""
+    for this CPU at ``model.runtime.dtype``'s precision (bfloat16 or float32), or quantised
+    to int8 (``openvino_int8``)."""
     precision = model.runtime.dtype
     check_precision(precision)
+    if why_not := serves(model, precision):
+        raise ConfigError(f"openvino {precision}: {why_not}")
 
     exact = model.on_backend("onnx", "cpu", "float32")
     plan = plan_for(exact, import_ort().get_available_providers())
-    return OpenVinoBackend(model, prepare(exact, plan), precision)
+    graph = prepare(exact, plan)
+    if precision == INT8:
+        from ember.backends.openvino_int8 import prepare as quantised
+
+        graph = quantised(exact, graph)
+    return OpenVinoBackend(model, graph, precision)

@@ -1,0 +1,90 @@
+"""The int8 fast tier (``--dtype int8`` on a CPU): which runtime the flag selects, and its
+tolerance, worst cosine >= 0.99 against fp32 sentence-transformers over the WHOLE anchor
+corpus (benchmarks/corpus.py, 2,048 sentences), not a handful of texts.
+
+The CPU kind is forced through the reader the chooser calls (``ember.cpu.int8_dot_product``);
+the loads are real (NNCF quantises the tiny model's ONNX graph, OpenVINO runs it), so the
+tolerance holds on whatever x86 host runs the tests. Speed is the benchmarks' to measure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.corpus import N_SENTENCES, make_sentences
+from ember import cpu
+from ember.backends import choice
+from ember.families.resolve import resolve_model
+from ember.models.spec import ModelSpec, ResolvedModel
+from tests.fixtures.tiny_models import build_tiny_embedder
+
+pytest.importorskip("openvino")
+pytest.importorskip("nncf")
+
+FAST_TIER_COSINE = 0.99
+
+
+@pytest.fixture(scope="module")
+def tiny_mean_embedder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_embedder(tmp_path_factory.mktemp("tiny-fast"), seed=31, pooling="mean")
+
+
+@pytest.fixture
+def cpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No accelerator and onnxruntime present, whatever this machine has."""
+    monkeypatch.setattr(choice, "accelerator_visible", lambda: None)
+    monkeypatch.setattr(choice, "onnxruntime_installed", lambda: True)
+
+
+def _model(path: Path, cache: Path, **spec: object) -> ResolvedModel:
+    return resolve_model(ModelSpec(model_id=str(path), device="cpu", cache_dir=cache, **spec))  # type: ignore[arg-type]
+
+
+@pytest.mark.usefixtures("cpu_host")
+@pytest.mark.parametrize(("unit", "backend"), [("vnni", "openvino"), ("x86", "onnx")])
+def test_dtype_int8_selects_the_fast_runtime_for_the_cpu(
+    tiny_mean_embedder: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    unit: str,
+    backend: str,
+) -> None:
+    """One flag: ``--dtype int8`` goes to OpenVINO's int8 where the CPU has int8 dot-product
+    units, and to ONNX Runtime's dynamic int8 (exact integer kernels) where it has not."""
+    monkeypatch.setattr(cpu, "int8_dot_product", lambda: unit)
+    chosen = choice.choose_backend(_model(tiny_mean_embedder, tmp_path, dtype="int8"))
+    assert (chosen.backend, chosen.device) == (backend, "cpu"), chosen.reason
+    assert chosen.reason.startswith("--dtype int8 on a CPU")
+    exact = choice.choose_backend(_model(tiny_mean_embedder, tmp_path, dtype="float32"))
+    assert exact.backend == "onnx"  # the flag is what selects the tier
+
+
+@pytest.mark.usefixtures("cpu_host")
+def test_the_fast_tier_holds_its_tolerance_over_the_whole_anchor_corpus(
+    tiny_mean_embedder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Served through the engine as a user gets it (`--dtype int8`), every one of the
+    2,048 corpus sentences within cosine 0.99 of fp32 sentence-transformers."""
+    from sentence_transformers import SentenceTransformer
+
+    from ember.engine import SyncEngineArray
+
+    monkeypatch.setattr(cpu, "int8_dot_product", lambda: "vnni")
+    texts = make_sentences(N_SENTENCES)
+    reference = SentenceTransformer(str(tiny_mean_embedder), device="cpu").encode(
+        texts, batch_size=64, convert_to_numpy=True
+    )
+    with SyncEngineArray(
+        model_id=[str(tiny_mean_embedder)], device="cpu", dtype=["int8"], cache_dir=str(tmp_path)
+    ) as ember:
+        info = ember.engines.engines[0].backend.info  # type: ignore[union-attr]
+        assert (info.name, info.dtype) == ("openvino", "int8")
+        assert "auto: --dtype int8 on a CPU with int8 dot-product units" in info.details["chosen"]
+        got = np.asarray(ember.embed(texts), dtype=np.float64)
+    ref = reference / np.linalg.norm(reference, axis=1, keepdims=True)
+    cos = (got / np.linalg.norm(got, axis=1, keepdims=True) * ref).sum(axis=1)
+    assert len(cos) == N_SENTENCES
+    assert cos.min() >= FAST_TIER_COSINE, f"worst {cos.min():.5f} at {int(cos.argmin())}"
