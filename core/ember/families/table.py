@@ -35,7 +35,9 @@ def _cell(family: Family, backend: str) -> str:
         return "its routes'"
     if not family.runs_on(backend):
         return "–"
-    return "✓ auto" if cpu_auto(family) == backend else "✓"
+    mark = "✓ auto" if cpu_auto(family) == backend else "✓"
+    condition = family.condition(backend)
+    return f"{mark} ({condition.words})" if condition else mark
 
 
 def _row(family: Family) -> str:
