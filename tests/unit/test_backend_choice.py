@@ -151,3 +151,31 @@ def test_an_explicit_backend_never_falls_back(tmp_path: Path) -> None:
     blocked.write_text("")
     with pytest.raises(OSError):
         load_backend(_minilm(backend="onnx", device="cpu", cache_dir=blocked / "cache"))
+
+
+def _conditional(model: ResolvedModel, backend: str, met: bool) -> ResolvedModel:
+    """``model`` with its family running ``backend`` only on a condition it meets or not."""
+    from ember.families.base import Condition
+
+    condition = Condition(backend, "a test condition", lambda _: met, "the test says so")
+    return replace(model, family=replace(model.family, conditions=(condition,)))
+
+
+@pytest.mark.usefixtures("cpu_host")
+def test_auto_never_picks_a_backend_whose_condition_the_model_fails() -> None:
+    met = choice.choose_backend(_conditional(_minilm(), "onnx", met=True))
+    assert (met.backend, met.device) == ("onnx", "cpu")
+    failed = choice.choose_backend(_conditional(_minilm(), "onnx", met=False))
+    assert failed == choice.Choice("torch", "onnx runs dense models only with a test condition")
+
+
+def test_a_conditional_only_backend_the_model_fails_is_refused() -> None:
+    from ember.errors import ConfigError
+
+    model = _minilm()
+    only = replace(model.family, backends=("onnx",))
+    model = _conditional(replace(model, family=only), "onnx", met=False)
+    with pytest.raises(ConfigError, match="onnx runs only with a test condition: the test says"):
+        choice.choose_backend(model)
+    with pytest.raises(ConfigError, match="no backend runs it"):  # asked for by name too
+        load_backend(replace(model, spec=replace(model.spec, backend="onnx")))

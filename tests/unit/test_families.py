@@ -85,6 +85,9 @@ def test_each_family_declares_what_it_is(family) -> None:  # type: ignore[no-unt
     assert family.title and family.detected_by and family.example
     assert (family.media is not None) == (len(family.modalities) > 1)
     assert (family.table is not None) == (family.backbone == "token-table")
+    conditional = [c.backend for c in family.conditions]  # one condition per backend
+    assert len(set(conditional)) == len(conditional) and set(conditional) <= set(family.backends)
+    assert all(c.words and c.why and callable(c.met) for c in family.conditions)
     assert pickle.loads(pickle.dumps(family)) is family  # crosses to a build child by name
     assert by_name(family.name) is family
 

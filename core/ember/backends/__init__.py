@@ -23,7 +23,8 @@ def _load(name: str, model: ResolvedModel) -> Backend:
 
 
 def _check_serves(model: ResolvedModel, name: str) -> None:
-    """Refuse, in one line, a backend asked for that cannot run the model's family."""
+    """Refuse, in one line, a backend asked for that cannot run the model's family, or
+    that runs it only on a condition the model's files fail (``Family.conditions``)."""
     family = model.family
     if model.task_adapters and name != "torch":
         raise ConfigError(
@@ -37,6 +38,7 @@ def _check_serves(model: ResolvedModel, name: str) -> None:
             f"model {model.served_name!r} is a {family.name} model, served by --backend "
             f"{served} (not {name}): use --backend {served} or auto"
         )
+    family.require_condition(model, name)
 
 
 def load_backend(model: ResolvedModel) -> Backend:

@@ -97,8 +97,24 @@ def choose_backend(model: ResolvedModel, accelerator: str | None = None) -> Choi
 
     ``accelerator`` names the device the model will be served on where it is not visible
     yet (a platform snapshotting memory before its GPU is attached); None looks at this
-    machine.
+    machine. A backend that runs the family only on a condition the model's files fail
+    (``Family.conditions``) is never the choice: torch is, where it runs the model, else
+    the refusal says why.
     """
+    choice = _choose(model, accelerator)
+    family = model.family
+    unmet = family.unmet(model, choice.backend)
+    if unmet is None:
+        return choice
+    pinned = choice.exported or choice.only or choice.backend == "torch"
+    if pinned or not family.runs_on("torch") or family.unmet(model, "torch") is not None:
+        family.require_condition(model, choice.backend)  # raises: the condition is unmet
+    reason = f"{choice.backend} runs {family.name} models only with {unmet.words}"
+    return Choice("torch", reason)
+
+
+def _choose(model: ResolvedModel, accelerator: str | None) -> Choice:
+    """The choice by family, device, dtype and what is installed."""
     runtime = model.runtime
     if exported := exported_backend(model.path):
         reason = f"the directory is an `ember export --backend {exported}` artifact"

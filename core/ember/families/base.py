@@ -116,6 +116,18 @@ class TableFacts:
     truncates_at_model_max: bool = False
 
 
+@dataclass(frozen=True)
+class Condition:
+    """A backend that runs a family's models only when their files say so: what the
+    backend cannot compute for the others (ct2 takes lengths, not a mask). The README's
+    cell, the start-up refusal and ``--backend auto`` all read it."""
+
+    backend: str
+    words: str  # the condition, in the README's words ("query expansion attended or off")
+    met: Callable[[ResolvedModel], bool]  # whether a model's files meet it
+    why: str  # what a model that fails it asks of the backend, for the refusal
+
+
 Heads = Callable[["ResolvedModel"], "dict[Output, Head]"]
 Processor = Callable[["ResolvedModel", "int | None"], "TextProcessor"]
 
@@ -164,6 +176,8 @@ class Family:
     # A sentence-transformers module after the Transformer that the family reads its score
     # from (its type's name, and what the family calls such a model, for refusals).
     score_module: tuple[str, str] | None = None
+    # Backends of ``backends`` that run a model of it only when its files meet a condition.
+    conditions: tuple[Condition, ...] = ()
 
     def __repr__(self) -> str:
         return f"Family({self.name!r})"
@@ -180,6 +194,26 @@ class Family:
 
     def runs_on(self, backend: str) -> bool:
         return backend in self.backends
+
+    def condition(self, backend: str) -> Condition | None:
+        """What a model must meet for ``backend`` to run it; None: nothing beyond the row."""
+        return next((c for c in self.conditions if c.backend == backend), None)
+
+    def unmet(self, model: ResolvedModel, backend: str) -> Condition | None:
+        """The condition of ``backend`` that ``model``'s files fail, if one does."""
+        condition = self.condition(backend)
+        return condition if condition is not None and not condition.met(model) else None
+
+    def require_condition(self, model: ResolvedModel, backend: str) -> None:
+        """Refuse, in one line, a backend whose condition the model fails."""
+        if (condition := self.unmet(model, backend)) is None:
+            return
+        others = [b for b in self.backends if b != backend and self.unmet(model, b) is None]
+        instead = f"use --backend {' or '.join(others)} or auto" if others else "no backend runs it"
+        raise ConfigError(
+            f"model {model.served_name!r} is a {self.name} model, which --backend {backend} "
+            f"runs only with {condition.words}: {condition.why}; {instead}"
+        )
 
     @property
     def embedding(self) -> Output | None:

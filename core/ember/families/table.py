@@ -30,12 +30,20 @@ def cpu_auto(family: Family) -> str:
     return "onnx"
 
 
+def _columns() -> list[str]:
+    """The backends some family runs (openvino is reached through auto and --dtype, never
+    named by a family: no column)."""
+    return [b for b in BACKEND_NAMES if any(f.runs_on(b) for f in FAMILIES)]
+
+
 def _cell(family: Family, backend: str) -> str:
     if family.backbone == "routes":
         return "its routes'"
     if not family.runs_on(backend):
         return "–"
-    return "✓ auto" if cpu_auto(family) == backend else "✓"
+    mark = "✓ auto" if cpu_auto(family) == backend else "✓"
+    condition = family.condition(backend)
+    return f"{mark} ({condition.words})" if condition else mark
 
 
 def _row(family: Family) -> str:
@@ -46,14 +54,14 @@ def _row(family: Family) -> str:
         family.detected_by,
         outputs,
         rerank,
-        *(_cell(family, b) for b in BACKEND_NAMES),
+        *(_cell(family, b) for b in _columns()),
         family.example,
     ]
     return "| " + " | ".join(cells) + " |"
 
 
 def supported_models_table() -> str:
-    header = ["family (`kind`)", "detected by", "serves", "rerank", *BACKEND_NAMES, "example"]
+    header = ["family (`kind`)", "detected by", "serves", "rerank", *_columns(), "example"]
     lines = [
         "| " + " | ".join(header) + " |",
         "| " + " | ".join("---" for _ in header) + " |",

@@ -1,5 +1,6 @@
 """colbert: a PyLate ColBERT checkpoint (``[Q] ``/``[D] `` prefixes, query expansion, a
-bias-free projection, the punctuation skiplist), byte-compatible with PyLate 1.6's save;
+bias-free projection, the punctuation skiplist), byte-compatible with PyLate 1.6's save,
+and for ct2 the same with the expansion attended;
 reference: sentence-transformers' ``MultiVectorEncoder`` (which loads PyLate checkpoints;
 PyLate itself pins an older sentence-transformers), queries and documents, MaxSim."""
 
@@ -17,6 +18,17 @@ EXAMPLE = "lightonai/GTE-ModernColBERT-v1"
 
 def build(root: Path) -> Path:
     return build_tiny_colbert(root / "model")
+
+
+def build_attended(root: Path) -> Path:
+    """The example with ``attend_to_expansion_tokens: true``: what ct2 runs (the row's
+    condition); sentence-transformers' MultiVectorEncoder reads the key as PyLate does."""
+    return build_tiny_colbert(root / "model", attend_to_expansion_tokens=True)
+
+
+# backend -> a variant meeting the row's condition for it (ColBERT's ct2: query expansion
+# attended or off), served and matched there instead of the example.
+VARIANTS = {"ct2": build_attended}
 
 
 def probes(path: Path) -> list[kit.Probe]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from ember.families.base import Family, ModelFiles, lazy
+from ember.families.base import Condition, Family, ModelFiles, lazy
 
 if TYPE_CHECKING:
     import numpy as np
@@ -48,6 +48,22 @@ def heads(model: ResolvedModel) -> dict[Output, Head]:
     return {"multi": MultiVectorHead(weight, bias)}
 
 
+def query_expansion(model: ResolvedModel) -> tuple[bool, bool]:
+    """Whether queries are expanded with [MASK] tokens, and whether those are attended, as
+    config_sentence_transformers.json says (PyLate's defaults: expanded, not attended)."""
+    assert model.root is not None
+    path = model.root / "config_sentence_transformers.json"
+    cfg = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    expand = bool(cfg.get("do_query_expansion", True))
+    return expand, expand and bool(cfg.get("attend_to_expansion_tokens"))
+
+
+def expansion_attended_or_off(model: ResolvedModel) -> bool:
+    """Whether every position a query returns is attended (expansion attended or off)."""
+    expand, attended = query_expansion(model)
+    return attended or not expand
+
+
 def detect(files: ModelFiles) -> bool:
     if files.modules.start is not None or files.task != "embed":
         return False
@@ -69,4 +85,15 @@ COLBERT = Family(
     example="lightonai/GTE-ModernColBERT-v1",
     scoring="maxsim",
     exportable=False,
+    # CTranslate2 takes each row's length, not a mask: it computes no state at a position
+    # past it, and PyLate's default query returns its masked expansion positions.
+    conditions=(
+        Condition(
+            "ct2",
+            "query expansion attended or off",
+            expansion_attended_or_off,
+            "its queries return query-expansion positions masked from attention "
+            "(attend_to_expansion_tokens false), which ct2 does not compute (it takes lengths)",
+        ),
+    ),
 )

@@ -20,6 +20,7 @@ from tokenizers import Tokenizer
 
 from ember.batch import TokenBatch, Tokens
 from ember.errors import ConfigError
+from ember.families.colbert import query_expansion
 from ember.models.spec import ResolvedModel
 from ember.processors.text import (
     Direction,
@@ -41,8 +42,7 @@ class ColbertTokenizer:
         limit = min(model.max_length, max_length or model.max_length)
         self.query_length = min(int(cfg.get("query_length") or 32), limit)
         self.document_length = min(int(cfg.get("document_length") or 180), limit)
-        self.expand = bool(cfg.get("do_query_expansion", True))
-        self.attend_expansion = self.expand and bool(cfg.get("attend_to_expansion_tokens"))
+        self.expand, self.attend_expansion = query_expansion(model)
         self.max_length = max(self.query_length, self.document_length)
         # Expansion tokens masked from attention but still returned need a backend that
         # computes masked positions (ember.backends.base.Backend.masked_positions).
