@@ -28,6 +28,8 @@ from ember.models.spec import ResolvedModel
 
 NAME = "openvino"
 PRECISIONS = {"bfloat16": "bf16", "float32": "f32"}
+# The encoders the NNCF int8 graph was measured on (MiniLM's BERT, corpus-wide).
+INT8_ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet")
 INT8 = "int8"  # int8 matmuls; the rest at bf16 where the CPU has it natively, else f32
 
 
@@ -43,10 +45,14 @@ def serves(model: ResolvedModel, precision: str) -> str | None:
         return f"no openvino path for {model.family.name} models"
     if model.task_adapters or not model.family.runs_on("onnx"):
         return f"{model.family.name} models have no ONNX graph to quantise"
-    if model.backbone == "encoder" and "embed" not in model.family.capabilities:
+    if model.backbone == "encoder" and model.family.capabilities != ["embed"]:
         return "no openvino path for multi-vector or sparse outputs"
     if precision != INT8:
         return None
+    if model.model_type not in INT8_ENCODERS:
+        # No probe guards the int8 graph: it serves only the encoders it was measured on
+        # (a decoder embedder's int8 stays on onnx's exact integer kernels).
+        return f"the int8 graph is measured on BERT-style encoders, not {model.model_type}"
     if int8_dot_product() != "vnni":
         return "this CPU has no int8 dot-product unit (AVX512-VNNI or AMX)"
     if find_spec("openvino") is None or find_spec("nncf") is None:
