@@ -118,7 +118,7 @@ def test_killed_batch_resumes_with_every_custom_id_once(
         sys.executable, "-m", "ember", "embed", str(batch), "--output", str(results),
         "--model-id", str(minilm_path), "--served-model-name", "minilm", "--shard-rows",
         str(COMMIT), "--cache-dir", os.environ["EMBER_CACHE_DIR"], "--no-progress",
-        "--no-accept-token-ids",
+        "--no-accept-token-ids", "--dtype", "float32",
     ]  # fmt: skip
     env = child_env(drop_prefixes=("EMBER_",))
     with log.open("ab") as fh:
