@@ -331,6 +331,9 @@ class InfoResponse(BaseModel):
     model_type: dict[str, Any] | None = None
     backend: str | None = None
     device: str | None = None
+    backend_details: dict[str, Any] | None = Field(
+        None, description="As /v1/models says it: what `--backend auto` chose and why."
+    )
     max_input_length: int | None = None
     dimensions: int | None = Field(
         None, description="Width of the first model's dense embedding, after its Dense layers."
