@@ -60,10 +60,13 @@ def models(minilm_path: Path, tiny_reranker_path: Path, tiny_classifier_path: Pa
 
 @pytest.fixture(scope="module")
 def reference(models: str) -> dict[str, Any]:
-    """What the core itself returns for the same inputs (in-process, same settings)."""
+    """What the core itself returns for the same inputs (in-process, same settings; the
+    exact path, as the endpoint serves on torch)."""
     from ember.engine import SyncEngineArray
 
-    with SyncEngineArray(model_id=models, served_model_name=NAMES, max_batch_tokens=1024) as ref:
+    with SyncEngineArray(
+        model_id=models, served_model_name=NAMES, max_batch_tokens=1024, dtype="float32"
+    ) as ref:
         return {
             "embed": ref.embed(TEXTS, model="minilm").tolist(),
             "rerank": ref.rerank(QUERY, TEXTS, model="reranker"),

@@ -37,6 +37,7 @@ from ember.backends import artifacts
 from ember.backends.base import Backend
 from ember.backends.probe_set import PROBE_SIZE, probe_images, probe_pairs, probe_texts
 from ember.models.spec import ResolvedModel
+from ember.outputs import is_dense
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,8 @@ def applies(model: ResolvedModel, reference: Backend) -> str | None:
         return (
             f"{model.family.name} towers: no near-exact path measured beside {reference.info.name}"
         )
-    if model.backbone == "encoder" and model.family.outputs != ("dense",):
+    outputs = model.family.outputs
+    if model.backbone == "encoder" and not (len(outputs) == 1 and is_dense(outputs[0])):
         # The probe compares dense vectors; sparse weights and token vectors (BGE-M3's
         # too, beside its dense head) would be served at bf16 unchecked.
         return "no near-exact probe for multi-vector or sparse outputs yet"
@@ -137,7 +139,7 @@ def compare(model: ResolvedModel, reference: Backend, candidate: Backend) -> Ver
         return np.asarray(rows, dtype=np.float64).reshape(len(rows), -1)
 
     exact, near = run(reference), run(candidate)
-    if output == "dense":
+    if is_dense(output):
         norms = np.linalg.norm(exact, axis=1) * np.linalg.norm(near, axis=1)
         worst = float(((exact * near).sum(axis=1) / np.maximum(norms, 1e-12)).min())
         return Verdict(worst >= COSINE_FLOOR, worst, "cosine", inputs)
