@@ -66,5 +66,11 @@ def as_list(value: Any) -> list:
     return [value] if isinstance(value, str) else list(value)
 
 
+def classify_request(texts: list[str], body: Any, raw_scores: bool = False) -> ClassifyRequest:
+    """A classify body's texts with its ``raw_scores`` (or ``raw_scores`` forced) and
+    ``truncate``, as TEI's and Infinity's bodies both name them."""
+    return ClassifyRequest(texts, raw_scores=raw_scores or body.raw_scores, truncate=body.truncate)
+
+
 def usage(tokens: int) -> dict[str, int]:
     return {"prompt_tokens": tokens, "total_tokens": tokens}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ember.api import schemas as s
-from ember.api.dialects import Translator, as_list, cohere
+from ember.api.dialects import Translator, as_list, classify_request, cohere
 from ember.api.dialects.openai import MODALITY_CAPABILITY, check_base64_dtype, embeddings_body
 from ember.capabilities import Capability, Modality
 from ember.engine import Engine, Result
@@ -53,9 +53,7 @@ class Classify(Translator[s.ClassifyRequest, ClassifyRequest]):
         return len(as_list(body.input))
 
     def decode(self, body: s.ClassifyRequest, engine: Engine) -> ClassifyRequest:
-        return ClassifyRequest(
-            as_list(body.input), raw_scores=body.raw_scores, truncate=body.truncate
-        )
+        return classify_request(as_list(body.input), body)
 
     def encode(self, body: s.ClassifyRequest, engine: Engine, result: Result) -> Any:
         assert isinstance(result.output, Labels)

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from ember.api import schemas as s
-from ember.api.dialects import Translator, as_list
+from ember.api.dialects import Translator, as_list, classify_request
 from ember.api.schemas import NonEmptyText, StrictBool, StrictInt, _Body
 from ember.capabilities import Capability
 from ember.engine import Engine, Result
@@ -160,9 +160,7 @@ class Predict(_Inputs):
     capability = "classify"
 
     def decode(self, body: s.TEIPredictRequest, engine: Engine) -> ClassifyRequest:
-        return ClassifyRequest(
-            as_list(body.inputs), raw_scores=body.raw_scores, truncate=body.truncate
-        )
+        return classify_request(as_list(body.inputs), body)
 
     def encode(self, body: s.TEIPredictRequest, engine: Engine, result: Result) -> Any:
         assert isinstance(result.output, Labels)
@@ -177,8 +175,8 @@ class InferenceClassify(Predict):
 
     def decode(self, body: RootInputsRequest, engine: Engine) -> ClassifyRequest:
         assert body.parameters is not None
-        raw = body.raw_scores or body.parameters.function_to_apply is not None
-        return ClassifyRequest(as_list(body.inputs), raw_scores=raw, truncate=body.truncate)
+        applied = body.parameters.function_to_apply is not None  # raw, then applied here
+        return classify_request(as_list(body.inputs), body, raw_scores=applied)
 
     def encode(self, body: RootInputsRequest, engine: Engine, result: Result) -> Any:
         assert isinstance(result.output, Labels) and body.parameters is not None
