@@ -62,6 +62,12 @@ def test_cohere_output_dimension_is_range_checked_once_under_its_own_name() -> N
     assert refused.value.param == "output_dimension"
 
 
+def test_cohere_names_the_field_its_inputs_came_in() -> None:
+    assert cohere.EMBED.named(cohere.CohereEmbedRequest(texts=["a"])) == "texts"
+    images = cohere.CohereEmbedRequest(images=["data:image/png;base64,AAAA"])
+    assert (cohere.EMBED.named(images), cohere.EMBED.pick(images)) == ("images", "image_embed")
+
+
 def test_tei_takes_either_case_of_truncation_direction() -> None:
     body = s.TEIEmbedOutputRequest(inputs=["a"], truncation_direction="Left")
     assert tei.EMBED_SPARSE.decode(body, LOADING).truncation_direction == "left"

@@ -40,7 +40,7 @@ def check_batch(count: int, limit: int, param: str) -> None:
 async def run(translator: Translator, engines: EngineArray, body: Any, limit: int) -> Reply:
     """One model route: the body's inputs held to ``limit``, its model picked, decoded into
     an engine request, run, and the result encoded in the body's dialect."""
-    check_batch(translator.count(body), limit, translator.field)
+    check_batch(translator.count(body), limit, translator.named(body))
     engine = engines.for_task(body.model, translator.pick(body))
     result = await translator.call(engine, translator.decode(body, engine))
     return Reply(translator.encode(body, engine, result), result.timings)

@@ -32,6 +32,10 @@ class Translator(Generic[B, Q]):
         """How many inputs the body holds (held to --max-client-batch-size)."""
         raise NotImplementedError
 
+    def named(self, body: B) -> str:
+        """The body's field that holds the inputs, for a too-large error."""
+        return self.field
+
     def pick(self, body: B) -> Capability:
         """What the served model must do for this body (a media body: its tower)."""
         return self.capability

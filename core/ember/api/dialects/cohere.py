@@ -158,10 +158,11 @@ class Embed(Translator[CohereEmbedRequest, EmbedRequest]):
     """``POST /v1/embed`` and ``/v2/embed``: normalised dense vectors (Cohere's types are
     of one vector per text), Cohere's truncation and ``input_type``."""
 
-    field = "texts"
-
     def count(self, body: CohereEmbedRequest) -> int:
         return len(_items(body)[0])
+
+    def named(self, body: CohereEmbedRequest) -> str:
+        return "texts" if _items(body)[1] == "text" else "images"
 
     def pick(self, body: CohereEmbedRequest) -> Capability:
         return "embed" if _items(body)[1] == "text" else "image_embed"
