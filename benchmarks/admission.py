@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ember.config import settings_from_env  # noqa: E402
-from ember.engine import EngineArray  # noqa: E402
+from ember.engine import EmbedRequest, EngineArray  # noqa: E402
 from ember.engine.engine import Engine  # noqa: E402
 from ember.errors import EmberError, Overloaded, RequestTimeout  # noqa: E402
 from ember.models.resolve import default_model_path  # noqa: E402
@@ -42,11 +42,15 @@ LONG_TEXT = "the measured rate of a server decides what it admits " * 26  # ~256
 async def flood(engine: Engine) -> str:
     texts = [FLOOD_TEXT.format(i) for i in range(16)]
     started = time.perf_counter()
-    await engine.embed(texts)  # a measured rate for full batches, on this host as it is
+    await engine.embed(
+        EmbedRequest(texts)
+    )  # a measured rate for full batches, on this host as it is
     one = time.perf_counter() - started
     engine.spec = replace(engine.spec, request_timeout=max(1.0, 6 * one))
     outcomes = await asyncio.wait_for(
-        asyncio.gather(*(engine.embed(texts) for _ in range(40)), return_exceptions=True),
+        asyncio.gather(
+            *(engine.embed(EmbedRequest(texts)) for _ in range(40)), return_exceptions=True
+        ),
         timeout=120,
     )
     done = sum(not isinstance(o, BaseException) for o in outcomes)
@@ -62,7 +66,7 @@ async def oversize(engine: Engine, inputs: int, deadline: float) -> str:
     engine.spec = replace(engine.spec, request_timeout=deadline)
     started = time.perf_counter()
     try:
-        result = await engine.embed([LONG_TEXT] * inputs)
+        result = await engine.embed(EmbedRequest([LONG_TEXT] * inputs))
     except EmberError as exc:
         seconds = time.perf_counter() - started
         said = f"{exc.status_code} after {seconds:.2f}s: {exc.message}"

@@ -53,12 +53,14 @@ async def _load(
     """Images per second of ``clients`` loops, each sending its share in requests, and this
     process's CPU milliseconds per image (user + system, every thread): on a shared machine
     the second depends less on the neighbours' load than the first."""
+    from ember.engine import EmbedRequest
+
     requests = [uris[i : i + per_request] for i in range(0, len(uris), per_request)]
     queue = list(reversed(requests))
 
     async def client() -> None:
         while queue:
-            await engine.embed(queue.pop(), modality="image")  # type: ignore[attr-defined]
+            await engine.embed(EmbedRequest(queue.pop(), modality="image"))  # type: ignore[attr-defined]
 
     cpu, started = _cpu_seconds(), time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
@@ -73,6 +75,7 @@ def _cpu_seconds() -> float:
 
 async def _run(path: str, backend: str, dtype: str, images: int, cache: str) -> dict:
     from ember.config import settings_from_env
+    from ember.engine import EmbedRequest
     from ember.engine.array import EngineArray
 
     settings = settings_from_env(
@@ -84,7 +87,7 @@ async def _run(path: str, backend: str, dtype: str, images: int, cache: str) -> 
     ready = time.perf_counter() - started
     engine = engines.engines[0]
     uris = jpeg_uris(images)
-    await engine.embed(uris[:8], modality="image")  # past the warm-up's shapes
+    await engine.embed(EmbedRequest(uris[:8], modality="image"))  # past the warm-up's shapes
     result = {"backend": backend, "dtype": dtype, "ready_s": round(ready, 1)}
     for per_request, clients in LOADS:
         rate, cpu_ms = await _load(engine, uris, per_request, clients)

@@ -31,7 +31,7 @@ from ember.capabilities import Modality
 from ember.config import ServerSettings, settings_from_env
 from ember.defaults import DEFAULT_MODEL_NAME
 from ember.engine.engine import Engine
-from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest, full_size
+from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest
 from ember.engine.result import Result
 from ember.families.base import Family
 from ember.heads.quantize import encode_embeddings
@@ -267,7 +267,7 @@ class AsyncEmbeddingEngine:
         self, sentences: list[str], matryoshka_dim: int | None = None
     ) -> tuple[list[Any], int]:
         """(one vector per sentence, tokens used)."""
-        request = EmbedRequest(list(sentences), dimensions=full_size(matryoshka_dim))
+        request = EmbedRequest(list(sentences), dimensions=matryoshka_dim)
         result = await self._assert_running().embed(request)
         return self._items(result), result.prompt_tokens
 
@@ -286,7 +286,7 @@ class AsyncEmbeddingEngine:
     async def _media(
         self, items: list[str | bytes], modality: Modality, matryoshka_dim: int | None
     ) -> tuple[list[Any], int]:
-        request = EmbedRequest(items, modality=modality, dimensions=full_size(matryoshka_dim))
+        request = EmbedRequest(items, modality=modality, dimensions=matryoshka_dim)
         result = await self._assert_running().embed(request)
         return self._items(result), result.prompt_tokens
 

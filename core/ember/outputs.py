@@ -146,12 +146,15 @@ class OutputValue:
         return self
 
     @classmethod
-    def check_dimensions(cls, dimensions: int, hidden: int, model: str) -> None:
-        """Refuse ``dimensions`` before any compute: only dense vectors take it."""
+    def check_dimensions(
+        cls, dimensions: int, hidden: int, model: str, param: str = "dimensions"
+    ) -> None:
+        """Refuse ``dimensions`` before any compute: only dense vectors take it; ``param``
+        names the dialect's field."""
         raise BadRequest(
-            f"dimensions applies to dense embeddings; model {model!r} returns "
+            f"{param} applies to dense embeddings; model {model!r} returns "
             f"{cls.kind} embeddings here",
-            param="dimensions",
+            param=param,
         )
 
 
@@ -183,8 +186,10 @@ class DenseVectors(OutputValue):
         return DenseVectors(l2_normalize(out) if normalize else np.ascontiguousarray(out))
 
     @classmethod
-    def check_dimensions(cls, dimensions: int, hidden: int, model: str) -> None:
-        check_dimensions(dimensions, hidden)
+    def check_dimensions(
+        cls, dimensions: int, hidden: int, model: str, param: str = "dimensions"
+    ) -> None:
+        check_dimensions(dimensions, hidden, param=param)
 
     def cosine(self, left: Sequence[int], right: Sequence[int]) -> Scores:
         """The cosine of each (left[i], right[i]) pair of rows."""

@@ -23,6 +23,8 @@ from ember import tracing
 from ember.api import operations as ops
 from ember.api import schemas as s
 from ember.api.app import EmberApp, create_app
+from ember.api.dialects import sagemaker as jsonlines
+from ember.api.dialects.sagemaker import JSONLINES
 from ember.api.errors import validation_message
 from ember.api.middleware import ASGIApp
 from ember.api.routes import ROUTES_BY_PATH, ModelRoute
@@ -38,7 +40,6 @@ from ember.jobs.inputs import InputSpec
 from ember.jobs.runner import JobOptions, embed_rows, job_identity, job_settings, run_embed_job
 from ember.logs import REQUEST_ID, configure_logging
 from ember.models.spec import ModelSpec, ResolvedModel
-from ember.outputs import SparseVector
 
 __all__ = [
     "ASGIApp",
@@ -156,43 +157,6 @@ async def dispatch_invocation(
     return await dispatch_route(engines, path, payload, max_client_batch_size=max_client_batch_size)
 
 
-JSONLINES = "application/jsonlines"
-# Fields that make a JSON Lines record a whole request body rather than one input.
-_BODY_FIELDS = ("input", "inputs", "texts", "query")
-
-
-def _jsonl_records(body: bytes) -> list[Any]:
-    records = []
-    for number, line in enumerate(body.splitlines(), 1):
-        if not line.strip():
-            continue  # a blank line is no input (a trailing newline is not a record)
-        try:
-            records.append(orjson.loads(line))
-        except orjson.JSONDecodeError as exc:
-            raise BadRequest(f"line {number} of the JSON Lines body is not JSON: {exc}") from None
-    return records
-
-
-def _line_text(record: Any, number: int) -> str | None:
-    """A record's text when it is one input (a JSON string, or an object with ``text``);
-    None when it is a whole request body."""
-    if isinstance(record, str):
-        return record
-    if isinstance(record, dict):
-        if any(f in record for f in _BODY_FIELDS):
-            return None
-        if isinstance(record.get("text"), str):
-            return record["text"]
-    raise BadRequest(
-        f"record {number} is neither one input (a JSON string or an object with a string "
-        "'text') nor a request body (with 'input', 'inputs', 'texts' or 'query')"
-    )
-
-
-def _line_value(value: Any) -> Any:
-    return value.as_dict() if isinstance(value, SparseVector) else value
-
-
 async def dispatch_jsonlines(
     engines: EngineArray, body: bytes, *, max_client_batch_size: int = 2048
 ) -> bytes:
@@ -207,8 +171,8 @@ async def dispatch_jsonlines(
     whole request body (OpenAI, Cohere, TEI: rerank rows, say) is answered with what
     ``/invocations`` answers for it.
     """
-    records = _jsonl_records(body)
-    texts = {i: t for i, r in enumerate(records) if (t := _line_text(r, i + 1)) is not None}
+    records = jsonlines.records(body)
+    texts = {i: t for i, r in enumerate(records) if (t := jsonlines.decode(r, i + 1)) is not None}
     answers: list[Any] = [None] * len(records)
     if texts:
         engine = engines.for_task(None, "embed")
@@ -227,11 +191,7 @@ async def dispatch_jsonlines(
             chunk_rows=min(64, budget),
         ):
             for index, value in zip(texts, values, strict=True):
-                record = records[index]
-                line = {"embedding": _line_value(value)}
-                if isinstance(record, dict) and "id" in record:
-                    line = {"id": record["id"], **line}
-                answers[index] = line
+                answers[index] = jsonlines.encode(records[index], value)
     bodies = [i for i in range(len(records)) if i not in texts]
     replies = await asyncio.gather(
         *(
@@ -241,8 +201,7 @@ async def dispatch_jsonlines(
     )
     for index, reply in zip(bodies, replies, strict=True):
         answers[index] = reply
-    option = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
-    return b"".join(orjson.dumps(answer, option=option) for answer in answers)
+    return jsonlines.lines(answers)
 
 
 # Re-exported so adapters can type against them without reaching into submodules.

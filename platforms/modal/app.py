@@ -53,6 +53,7 @@ from typing import Any
 import modal
 import numpy as np
 
+from ember.engine import EmbedRequest
 from ember.platform import (
     ASGIApp,
     EngineLoop,
@@ -238,7 +239,7 @@ class Ember:
         Goes through the same engine (batcher, normalisation) as ``/v1/embeddings``.
         """
         engine = self.engines.for_task(model, "embed")
-        result = self.engine_loop.run(engine.embed(texts))
+        result = self.engine_loop.run(engine.embed(EmbedRequest(texts)))
         return np.asarray(result.outputs, dtype=np.float32)
 
     @modal.method()

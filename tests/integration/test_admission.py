@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ember.engine import EmbedRequest
 from ember.errors import Overloaded, PayloadTooLarge, RequestTimeout
 from ember.logs import RateLimitedLog
 from tests.integration.test_robustness import _engines
@@ -71,14 +72,14 @@ async def test_a_full_queue_refuses_before_tokenising(minilm_path: Path) -> None
     engine = engines.get(None)
     encoded = _counting_encodes(engine)
     try:
-        busy = [asyncio.create_task(engine.embed(["one", "two"])) for _ in range(2)]
+        busy = [asyncio.create_task(engine.embed(EmbedRequest(["one", "two"]))) for _ in range(2)]
         await asyncio.sleep(0.05)  # both admitted: the queue holds 4 inputs
-        refused = engine.embed(["three", "four"])
+        refused = engine.embed(EmbedRequest(["three", "four"]))
         with pytest.raises(Overloaded):  # at once: in the coroutine's first step, no await
             refused.send(None)
         assert encoded == [2, 2]  # the refused request was never tokenised
         await asyncio.gather(*busy)
-        assert (await engine.embed(["after"])).outputs.shape == (1, 384)
+        assert (await engine.embed(EmbedRequest(["after"]))).outputs.shape == (1, 384)
     finally:
         await engines.stop()
 
@@ -99,7 +100,7 @@ async def test_the_deadline_runs_from_arrival(minilm_path: Path) -> None:
     engine.processor.encode = slow_encode  # type: ignore[method-assign]
     try:
         with pytest.raises(RequestTimeout):
-            await engine.embed(["x" * 3000])  # large: tokenised on the pool
+            await engine.embed(EmbedRequest(["x" * 3000]))  # large: tokenised on the pool
         assert _gauge(engines) == 0  # expired before queueing: never submitted
     finally:
         await engines.stop()
@@ -110,9 +111,11 @@ async def test_queue_gauge_follows_cancellations(minilm_path: Path) -> None:
     await engines.start()
     engine = engines.get(None)
     try:
-        first = asyncio.create_task(engine.embed(["occupies the forward"]))
+        first = asyncio.create_task(engine.embed(EmbedRequest(["occupies the forward"])))
         await asyncio.sleep(0.1)
-        waiting = [asyncio.create_task(engine.embed([f"queued {i}"])) for i in range(5)]
+        waiting = [
+            asyncio.create_task(engine.embed(EmbedRequest([f"queued {i}"]))) for i in range(5)
+        ]
         await asyncio.sleep(0.05)
         assert _gauge(engines) == 6
         for task in waiting:
@@ -197,7 +200,7 @@ async def test_a_request_too_costly_alone_gets_429_with_what_fits_before_tokenis
             assert "2048 inputs would take about 52.4s" in error["message"]
             assert encoded == []  # decided before any tokenising
             with pytest.raises(Overloaded):  # the embedded API refuses it the same way
-                engine.embed(texts).send(None)
+                engine.embed(EmbedRequest(texts)).send(None)
             split = await client.post("/v1/embeddings", json={"input": texts[:4]})  # 0.1 s
             assert split.status_code == 200 and encoded == [4]
     finally:
@@ -227,10 +230,13 @@ async def test_more_inputs_than_the_queue_holds_is_413(minilm_path: Path) -> Non
     encoded = _counting_encodes(engine)
     try:
         with pytest.raises(PayloadTooLarge) as refused:
-            await engine.embed([f"text {i}" for i in range(5)])
+            await engine.embed(EmbedRequest([f"text {i}" for i in range(5)]))
         assert refused.value.status_code == 413 and "--max-queue-size" in refused.value.message
         assert encoded == [] and _gauge(engines) == 0
-        assert (await engine.embed(["four", "fit", "in", "it"])).outputs.shape == (4, 384)
+        assert (await engine.embed(EmbedRequest(["four", "fit", "in", "it"]))).outputs.shape == (
+            4,
+            384,
+        )
     finally:
         await engines.stop()
 
@@ -245,14 +251,19 @@ async def test_the_gauge_drops_a_request_that_ends_in_its_forward(minilm_path: P
     try:
         backend.seen.clear()
         backend.delay = 4.0
-        request = asyncio.create_task(engine.embed([f"long text {i}" for i in range(8)]))
+        request = asyncio.create_task(
+            engine.embed(EmbedRequest([f"long text {i}" for i in range(8)]))
+        )
         assert await _until(lambda: len(backend.seen) == 8)  # its batch is in the forward
         assert _gauge(engines) == 8
         request.cancel()
         await asyncio.gather(request, return_exceptions=True)
         assert await _until(lambda: _gauge(engines) == 0, seconds=1.0), _gauge(engines)
         assert engine.batcher.depth == 0
-        assert (await engine.embed(["after"])).outputs.shape == (1, 384)  # waits the forward
+        assert (await engine.embed(EmbedRequest(["after"]))).outputs.shape == (
+            1,
+            384,
+        )  # waits the forward
         assert _gauge(engines) == 0
     finally:
         await engines.stop()
@@ -280,7 +291,7 @@ async def test_the_gauge_drops_a_request_that_ends_before_its_forward_starts(
     batcher._forward = held_forward
     try:
         made[0].seen.clear()
-        request = asyncio.create_task(engine.embed([f"text {i}" for i in range(32)]))
+        request = asyncio.create_task(engine.embed(EmbedRequest([f"text {i}" for i in range(32)])))
         assert await _until(lambda: held == [32])
         request.cancel()
         await asyncio.gather(request, return_exceptions=True)
@@ -306,7 +317,7 @@ async def test_the_gauge_drops_a_request_failed_before_its_forward(minilm_path: 
     try:
         made[0].seen.clear()
         with pytest.raises(RequestTimeout):
-            await engine.embed([f"text {i}" for i in range(8)])
+            await engine.embed(EmbedRequest([f"text {i}" for i in range(8)]))
         assert await _until(lambda: _gauge(engines) == 0, seconds=1.0), _gauge(engines)
         assert made[0].seen == []  # nothing ran
     finally:
@@ -427,7 +438,7 @@ async def test_a_refusal_is_answered_in_the_step_that_read_the_body(minilm_path:
 
     engine = engines.get(None)
     try:
-        busy = [asyncio.create_task(engine.embed([f"busy {i}"])) for i in range(2)]
+        busy = [asyncio.create_task(engine.embed(EmbedRequest([f"busy {i}"]))) for i in range(2)]
         await asyncio.sleep(0.05)  # both admitted: the queue is full
         step = app(scope, receive, send)
         with pytest.raises(StopIteration):
@@ -472,7 +483,7 @@ async def test_models_load_and_run_at_the_forward_priority(minilm_path: Path) ->
     engines = EngineArray(settings.model_specs(), backend_loader=loader)
     await engines.start()
     try:
-        await engines.get(None).embed(["one"])
+        await engines.get(None).embed(EmbedRequest(["one"]))
     finally:
         await engines.stop()
     expected = min(19, loop_nice + 7)

@@ -20,7 +20,7 @@ import orjson
 import pytest
 from cohere.core.api_error import ApiError
 
-from ember.api.cohere import (
+from ember.api.dialects.cohere import (
     TRUNCATION,
     CohereEmbedRequest,
     CohereEmbedV2Request,

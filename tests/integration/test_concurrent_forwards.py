@@ -12,7 +12,7 @@ import numpy as np
 from ember.backends import load_backend
 from ember.backends.base import BackendDefaults
 from ember.config import settings_from_env
-from ember.engine import EngineArray
+from ember.engine import EmbedRequest, EngineArray
 from ember.models.spec import ResolvedModel
 
 
@@ -53,10 +53,12 @@ async def test_two_workers_overlap_and_match_one(minilm_path: Path) -> None:
         engine = engines.get(None)
         assert engine.batcher.workers == 2
         peak[0] = 0
-        results = await asyncio.gather(*(engine.embed(texts[i : i + 8]) for i in range(0, 64, 8)))
+        results = await asyncio.gather(
+            *(engine.embed(EmbedRequest(texts[i : i + 8])) for i in range(0, 64, 8))
+        )
         assert peak[0] == 2
         together = np.concatenate([r.outputs for r in results])
-        alone = np.concatenate([(await engine.embed([t])).outputs for t in texts[:8]])
+        alone = np.concatenate([(await engine.embed(EmbedRequest([t]))).outputs for t in texts[:8]])
         np.testing.assert_allclose(together[:8], alone, atol=1e-5)
     finally:
         await engines.stop()

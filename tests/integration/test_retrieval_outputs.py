@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ember.engine import EmbedRequest
 from tests.fixtures import references as ref
 from tests.fixtures.retrieval_models import build_tiny_bge_m3, build_tiny_colbert, build_tiny_splade
 from tests.support import ServerProcess, start_server
@@ -229,8 +230,8 @@ def test_sparse_and_multi_heads_on_other_backends(paths: dict[str, Path], backen
     want = ref.bge_m3_encode(paths["bge"], TEXTS)
     with SyncEngineArray(model_id=str(paths["bge"]), backend=backend, device="cpu") as ember:
         engine = ember.engines.get(None)
-        sparse = ember._call(engine.embed(TEXTS, output="sparse")).outputs
-        multi = ember._call(engine.embed(TEXTS, output="multi")).outputs
+        sparse = ember._call(engine.embed(EmbedRequest(TEXTS, output="sparse"))).outputs
+        multi = ember._call(engine.embed(EmbedRequest(TEXTS, output="multi"))).outputs
     for got, lexical in zip(sparse, want["lexical_weights"], strict=True):
         assert got.indices.tolist() == sorted(int(k) for k in lexical)
         close(got.values, np.array([lexical[str(i)] for i in got.indices]))
@@ -250,7 +251,7 @@ def test_colbert_on_torch_and_refused_on_ct2(paths: dict[str, Path]) -> None:
     want = ref.colbert_encode(paths["colbert"], TEXTS, True)
     with SyncEngineArray(model_id=str(paths["colbert"]), backend="torch", device="cpu") as ember:
         engine = ember.engines.get(None)
-        got = ember._call(engine.embed(TEXTS, query=True)).outputs
+        got = ember._call(engine.embed(EmbedRequest(TEXTS, query=True))).outputs
     for g, w in zip(got, want, strict=True):
         close(g, w)
     with pytest.raises(ConfigError, match="query-expansion positions masked"):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ember.engine import SyncEngineArray
+from ember.engine import EmbedRequest, SyncEngineArray
 from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec
 from tests.fixtures import references as ref
@@ -37,7 +37,7 @@ def test_colbert_expansion_variants(tmp_path: Path, attend: bool, expand: bool) 
         with SyncEngineArray(model_id=str(path), backend=backend, device="cpu") as ember:
             engine = ember.engines.get(None)
             for query in (True, False):
-                got = ember._call(engine.embed(TEXTS, query=query)).outputs
+                got = ember._call(engine.embed(EmbedRequest(TEXTS, query=query))).outputs
                 for g, w in zip(got, ref.colbert_encode(path, TEXTS, query), strict=True):
                     close(g, w)
 
@@ -59,7 +59,7 @@ def test_bge_m3_in_safetensors(tmp_path: Path) -> None:
     with SyncEngineArray(model_id=str(path), backend="torch", device="cpu") as ember:
         close(ember.embed(TEXTS), np.stack(want["dense_vecs"]))
         engine = ember.engines.get(None)
-        multi = ember._call(engine.embed(TEXTS, output="multi")).outputs
+        multi = ember._call(engine.embed(EmbedRequest(TEXTS, output="multi"))).outputs
     for g, w in zip(multi, want["colbert_vecs"], strict=True):
         close(g, w)
 

@@ -20,7 +20,7 @@ from ember.backends import load_backend
 from ember.backends.base import BackendDefaults
 from ember.batch import Outputs, TokenBatch
 from ember.config import settings_from_env
-from ember.engine import EngineArray
+from ember.engine import EmbedRequest, EngineArray
 from ember.errors import BackendFailure, Overloaded, PayloadTooLarge
 from ember.logs import REQUEST_ID
 from ember.models.spec import ResolvedModel
@@ -112,9 +112,9 @@ async def test_failing_batch_fails_only_its_requests(
     backend.poison_id = engine.processor.encode([POISON])[0].ids[1]
     try:
         results = await asyncio.gather(
-            _as_request("fine-1", engine.embed(["fine one"])),
-            _as_request("poisoned", engine.embed([POISON])),
-            _as_request("fine-2", engine.embed(["fine two"])),
+            _as_request("fine-1", engine.embed(EmbedRequest(["fine one"]))),
+            _as_request("poisoned", engine.embed(EmbedRequest([POISON]))),
+            _as_request("fine-2", engine.embed(EmbedRequest(["fine two"]))),
             return_exceptions=True,
         )
         assert isinstance(results[1], BackendFailure) and "injected" in results[1].message
@@ -122,7 +122,7 @@ async def test_failing_batch_fails_only_its_requests(
         # The batch's log line names the request it failed, and only that one.
         failed = [r.getMessage() for r in caplog.records if "forward pass failed" in r.msg]
         assert len(failed) == 1 and failed[0].endswith("(requests poisoned)"), failed
-        again = await engine.embed(["the engine still works"])
+        again = await engine.embed(EmbedRequest(["the engine still works"]))
         assert again.outputs.shape == (1, 384)
     finally:
         await engines.stop()
@@ -136,15 +136,15 @@ async def test_cancelled_request_never_reaches_backend(minilm_path: Path) -> Non
     marker = engine.processor.encode(["giraffe"])[0].ids[1]
     try:
         backend.seen.clear()
-        first = asyncio.create_task(engine.embed(["occupies the backend"]))
+        first = asyncio.create_task(engine.embed(EmbedRequest(["occupies the backend"])))
         await asyncio.sleep(0.2)  # first batch is now in the forward pass
-        doomed = asyncio.create_task(engine.embed(["giraffe"]))
+        doomed = asyncio.create_task(engine.embed(EmbedRequest(["giraffe"])))
         await asyncio.sleep(0.05)
         doomed.cancel()
         with pytest.raises(asyncio.CancelledError):
             await doomed
         await first
-        await engine.embed(["after"])  # the batcher has moved past the cancelled item
+        await engine.embed(EmbedRequest(["after"]))  # the batcher has moved past the cancelled item
         assert all(marker not in row for row in backend.seen)
         assert len(backend.seen) == 2
     finally:
@@ -164,12 +164,12 @@ async def test_request_timeout_drops_queued_items(minilm_path: Path) -> None:
     marker = engine.processor.encode(["giraffe"])[0].ids[1]
     try:
         made[0].seen.clear()
-        blocker = asyncio.create_task(engine.embed(["blocker"]))
+        blocker = asyncio.create_task(engine.embed(EmbedRequest(["blocker"])))
         await asyncio.sleep(0.1)
         from ember.errors import RequestTimeout
 
         with pytest.raises(RequestTimeout):
-            await engine.embed(["giraffe"])
+            await engine.embed(EmbedRequest(["giraffe"]))
         await asyncio.gather(blocker, return_exceptions=True)  # it times out too
         await asyncio.sleep(1.0)  # let the forward thread drain
         assert all(marker not in row for row in made[0].seen)
@@ -186,11 +186,11 @@ async def test_overloaded_is_raised_by_the_batcher(minilm_path: Path) -> None:
     engine = engines.get(None)
     try:
         with pytest.raises(PayloadTooLarge):
-            await engine.embed(["a", "b", "c", "d"])
-        queued = asyncio.create_task(engine.embed(["a", "b"]))
+            await engine.embed(EmbedRequest(["a", "b", "c", "d"]))
+        queued = asyncio.create_task(engine.embed(EmbedRequest(["a", "b"])))
         await asyncio.sleep(0)  # admitted: 2 of 3 taken
         with pytest.raises(Overloaded):
-            await engine.embed(["c", "d"])
+            await engine.embed(EmbedRequest(["c", "d"]))
         await queued
     finally:
         await engines.stop()

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ember.engine import SyncEngineArray
+from ember.engine import EmbedRequest, SyncEngineArray
 from tests.fixtures import st_pipelines as sp
 from tests.support import ServerProcess, start_server
 from tests.texts import mixed_texts
@@ -117,7 +117,7 @@ def test_vectors_match_sentence_transformers(
     engine = served.engines.get(name)
     assert engine.model.hidden_size == width
     for prompt in (None, "query") if name in PROMPTED else (None,):
-        got = np.stack(served._call(engine.embed(TEXTS, prompt_name=prompt)).outputs)
+        got = np.stack(served._call(engine.embed(EmbedRequest(TEXTS, prompt_name=prompt))).outputs)
         assert got.shape == (len(TEXTS), width)
         cos = cosines(got, references[name, prompt], parts)
         worst = np.unravel_index(int(cos.argmin()), cos.shape)
@@ -132,7 +132,8 @@ def test_prompted_and_plain_rows_in_one_batch(served: SyncEngineArray, reference
         import asyncio
 
         return await asyncio.gather(
-            engine.embed(TEXTS[:8], prompt_name="query"), engine.embed(TEXTS[:8])
+            engine.embed(EmbedRequest(TEXTS[:8], prompt_name="query")),
+            engine.embed(EmbedRequest(TEXTS[:8])),
         )
 
     queries, plain = served._call(both())

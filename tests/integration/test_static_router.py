@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ember.engine import SyncEngineArray
+from ember.engine import EmbedRequest, SyncEngineArray
 from ember.errors import ConfigError
 from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec
@@ -294,8 +294,10 @@ def test_routers_on_every_backend(routers_on: SyncEngineArray, references: dict)
             # As TEI's prompt_name picks it, and as the embedded query=True/False does (the
             # side's prompt too, as encode_query/encode_document apply it).
             calls = {
-                "prompt_name": engine.embed(TEXTS, prompt_name=side),
-                "query": engine.embed(TEXTS, query={"query": True, "document": False}.get(side)),
+                "prompt_name": engine.embed(EmbedRequest(TEXTS, prompt_name=side)),
+                "query": engine.embed(
+                    EmbedRequest(TEXTS, query={"query": True, "document": False}.get(side))
+                ),
             }
             for how, call in calls.items():
                 rows = routers_on._call(call).outputs

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from ember.backends import artifacts
+from ember.engine import EmbedRequest
 from ember.errors import ConfigError
 from ember.families.resolve import resolve_model
 from ember.models.spec import ResolvedModel
@@ -137,7 +138,7 @@ async def test_preloaded_weights_are_taken_not_loaded_again(
     await engines.start()
     try:
         assert loads == ["disk", "disk"]
-        want = (await engines.get(None).embed(["a cat on a mat"])).outputs
+        want = (await engines.get(None).embed(EmbedRequest(["a cat on a mat"]))).outputs
     finally:
         await engines.stop()
     torch_backend._PRELOADED.clear()
@@ -146,7 +147,7 @@ async def test_preloaded_weights_are_taken_not_loaded_again(
     await engines.start()
     try:
         assert loads == ["disk", "disk", "disk"]  # taken from the preload, not loaded again
-        got = (await engines.get(None).embed(["a cat on a mat"])).outputs
+        got = (await engines.get(None).embed(EmbedRequest(["a cat on a mat"]))).outputs
     finally:
         await engines.stop()
     assert np.array_equal(got, want)

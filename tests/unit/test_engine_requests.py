@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ember.engine.requests import EmbedRequest, full_size
+from ember.engine.requests import EmbedRequest
 from ember.errors import BadRequest
 from ember.families import by_name
 
@@ -16,6 +16,10 @@ from ember.families import by_name
 def model(family: str, prompts: dict[str, str] | None = None) -> SimpleNamespace:
     """What ``validated`` reads of a resolved model."""
     return SimpleNamespace(family=by_name(family), hidden_size=8, prompts=prompts or {})
+
+
+def full_size(dimensions: int | None) -> int | None:
+    return EmbedRequest(["a"], dimensions=dimensions).dimensions
 
 
 def test_zero_dimensions_mean_the_full_size() -> None:

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from ember.engine import EmbedRequest
 from ember.errors import ConfigError
 from ember.jobs.digests import ShardDigests, rows_digest, verify_rows
 from ember.jobs.inputs import InputSpec
@@ -105,7 +106,9 @@ async def test_a_resume_over_edited_rows_is_refused(
         summary = await run_embed_job(engine, source, options)
         assert (summary.resumed_from, summary.rows) == (20, 30)
         got = pq.read_table(out).column("embedding").to_pylist()[25]
-        want = (await engine.embed(["sentence 25 about retrievaL"], output="dense")).outputs[0]
+        want = (
+            await engine.embed(EmbedRequest(["sentence 25 about retrievaL"], output="dense"))
+        ).outputs[0]
         assert np.abs(np.asarray(got) - want).max() < 1e-5
 
         edit(3, "sentence 03 about retrievaL")  # a complete dataset is checked too

@@ -4,13 +4,13 @@ dead-letter file (a resume cuts it back to the shards its checkpoint names)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from ember.engine import EmbedRequest
 from ember.errors import BadRequest
 from ember.jobs.refusals import Refused
 from ember.jobs.runner import embed_rows
@@ -29,7 +29,8 @@ class RefusingEngine:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def embed(self, texts: Sequence[str], **options: Any) -> _Result:
+    async def embed(self, request: EmbedRequest) -> _Result:
+        texts = request.inputs
         self.calls += 1
         if any(t.startswith("bad") for t in texts):
             raise BadRequest(f"input {texts[0].split()[1]} is too long")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from ember.engine import EmbedRequest
 from ember.errors import ConfigError
 from ember.jobs.inputs import InputSpec
 from ember.jobs.runner import JobOptions, embed_corpus, embed_rows
@@ -36,7 +36,8 @@ class FakeEngine:
         self.cancelled = 0
         self.rng = random.Random(0)
 
-    async def embed(self, texts: Sequence[str], **options: Any) -> _Result:
+    async def embed(self, request: EmbedRequest) -> _Result:
+        texts = request.inputs
         self.queued += len(texts)
         self.most_queued = max(self.most_queued, self.queued)
         numbers = [int(t.split()[1]) for t in texts]

@@ -6,20 +6,20 @@ The FastAPI app (``ember.api.app``), its fast path and the platform adapters
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated, Any
 
 from pydantic import Discriminator, Tag, TypeAdapter
 
-from ember.api import cohere, score, tei
 from ember.api import operations as ops
 from ember.api import responses as r
 from ember.api import schemas as s
+from ember.api import tei
+from ember.api.dialects import cohere, infinity, openai, vllm
+from ember.api.dialects import tei as tei_dialect
+from ember.api.operations import Operation, translated
 from ember.engine.array import EngineArray
-
-Operation = Callable[[EngineArray, Any, int], Awaitable[ops.Reply]]
 
 
 def _rerank_kind(value: Any) -> str:
@@ -36,8 +36,8 @@ async def rerank_either(engines: EngineArray, body: Any, limit: int) -> ops.Repl
     """``/rerank`` is Infinity's route and TEI's: Infinity's body (``documents``, Cohere's
     fields) gets Infinity's answer, TEI's (``texts``) TEI's."""
     if isinstance(body, s.TEIRerankRequest):
-        return await ops.tei_rerank(engines, body, limit)
-    return await ops.infinity_rerank(engines, body, limit)
+        return await ops.run(tei_dialect.RERANK, engines, body, limit)
+    return await ops.run(infinity.RERANK, engines, body, limit)
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ ROUTES = (
     ModelRoute(
         ("/v1/embeddings", "/embeddings"),
         s.EmbeddingsRequest,
-        ops.openai_embeddings,
+        translated(openai.EMBEDDINGS),
         "Create embeddings (OpenAI-compatible)",
         "OpenAI",
         r.EmbeddingsResponse,
@@ -68,7 +68,7 @@ ROUTES = (
     ModelRoute(
         ("/embeddings_image",),
         s.MediaEmbeddingsRequest,
-        ops.embeddings_image,
+        translated(infinity.EMBEDDINGS_IMAGE),
         "Embed images (Infinity's legacy route: /v1/embeddings with modality image)",
         "Infinity",
         r.EmbeddingsResponse,
@@ -76,7 +76,7 @@ ROUTES = (
     ModelRoute(
         ("/embeddings_audio",),
         s.MediaEmbeddingsRequest,
-        ops.embeddings_audio,
+        translated(infinity.EMBEDDINGS_AUDIO),
         "Embed audio (Infinity's legacy route: /v1/embeddings with modality audio)",
         "Infinity",
         r.EmbeddingsResponse,
@@ -84,7 +84,7 @@ ROUTES = (
     ModelRoute(
         ("/v1/rerank", "/v2/rerank"),
         s.RerankRequest,
-        ops.cohere_rerank,
+        translated(cohere.RERANK),
         "Rerank documents (Cohere-compatible)",
         "Cohere",
         r.RerankResponse,
@@ -99,8 +99,8 @@ ROUTES = (
     ),
     ModelRoute(
         ("/score", "/v1/score"),
-        score.ScoreRequest,
-        score.score,
+        vllm.ScoreRequest,
+        translated(vllm.SCORE),
         "Score text pairs: cross-encoder, LLM reranker, MaxSim or cosine (vLLM-compatible)",
         "vLLM",
         r.ScoreResponse,
@@ -108,7 +108,7 @@ ROUTES = (
     ModelRoute(
         ("/v1/embed",),
         cohere.CohereEmbedRequest,
-        cohere.cohere_embed,
+        translated(cohere.EMBED),
         "Embed with output types (Cohere v1-compatible)",
         "Cohere",
         r.CohereEmbedResponse,
@@ -116,7 +116,7 @@ ROUTES = (
     ModelRoute(
         ("/v2/embed",),
         cohere.CohereEmbedV2Request,
-        cohere.cohere_embed,
+        translated(cohere.EMBED),
         "Embed with output types (Cohere v2-compatible)",
         "Cohere",
         r.CohereEmbedResponse,
@@ -124,7 +124,7 @@ ROUTES = (
     ModelRoute(
         ("/classify",),
         s.ClassifyRequest,
-        ops.classify,
+        translated(infinity.CLASSIFY),
         "Classify texts",
         "Classify",
         r.ClassifyResponse,
@@ -132,7 +132,7 @@ ROUTES = (
     ModelRoute(
         ("/predict",),
         s.TEIPredictRequest,
-        ops.tei_predict,
+        translated(tei_dialect.PREDICT),
         "Classify texts (TEI-compatible)",
         "TEI",
         r.TEIPredictResponse,
@@ -140,7 +140,7 @@ ROUTES = (
     ModelRoute(
         ("/embed",),
         s.TEIEmbedRequest,
-        ops.tei_embed,
+        translated(tei_dialect.EMBED),
         "Embed (TEI-compatible)",
         "TEI",
         r.TEIEmbedResponse,
@@ -148,7 +148,7 @@ ROUTES = (
     ModelRoute(
         ("/embed_sparse",),
         s.TEIEmbedOutputRequest,
-        ops.tei_embed_sparse,
+        translated(tei_dialect.EMBED_SPARSE),
         "Sparse embeddings: SPLADE, BGE-M3 (TEI-compatible)",
         "TEI",
         r.TEIEmbedSparseResponse,
@@ -156,7 +156,7 @@ ROUTES = (
     ModelRoute(
         ("/embed_all",),
         s.TEIEmbedOutputRequest,
-        ops.tei_embed_all,
+        translated(tei_dialect.EMBED_ALL),
         "Multi-vector embeddings: ColBERT, BGE-M3 (TEI-compatible)",
         "TEI",
         r.TEIEmbedAllResponse,
@@ -181,8 +181,8 @@ ROUTES = (
     ),
     ModelRoute(
         ("/similarity",),
-        tei.SimilarityRequest,
-        tei.similarity,
+        tei_dialect.SimilarityRequest,
+        translated(tei_dialect.SIMILARITY),
         "Sentence similarity: cosine of a source sentence to others (TEI-compatible)",
         "TEI",
         r.SimilarityResponse,

@@ -29,39 +29,19 @@ Inference API's classification body) to the model that classifies.
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import Discriminator, Field, Tag
 
 from ember.api import operations as ops
 from ember.api import schemas as s
+from ember.api.dialects import tei
+from ember.api.dialects.tei import RootInputsRequest, SimilarityRequest
 from ember.api.operations import Reply, check_batch
-from ember.api.schemas import NonEmptyText, StrictBool, StrictInt, TokenIds, _Body
+from ember.api.schemas import StrictBool, TokenIds, _Body
 from ember.engine import Engine, EngineArray, Timings
-from ember.engine.requests import ClassifyRequest
 from ember.errors import BadRequest, NotReady
-from ember.outputs import DenseVectors, Labels, MultiVectors, SparseVectors, output_type
-
-Direction = Literal["right", "left", "Right", "Left"]
-
-
-class SimilarityInputs(_Body):
-    source_sentence: NonEmptyText
-    sentences: Annotated[list[NonEmptyText], Field(min_length=1)]
-
-
-class SimilarityParameters(_Body):
-    truncate: StrictBool = True
-    truncation_direction: Direction = "right"
-    prompt_name: str | None = None
-
-
-class SimilarityRequest(_Body):
-    """TEI ``POST /similarity`` (and ``/`` with an ``inputs`` object)."""
-
-    inputs: SimilarityInputs
-    parameters: SimilarityParameters | None = None
-    model: str | None = None
+from ember.outputs import DenseVectors, MultiVectors, SparseVectors, output_type
 
 
 class DecodeRequest(_Body):
@@ -72,21 +52,6 @@ class DecodeRequest(_Body):
     )
     skip_special_tokens: StrictBool = True
     model: str | None = None
-
-
-class ClassificationParameters(_Body):
-    """The Inference API's text-classification parameters (``InferenceClient`` sends them)."""
-
-    function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
-    top_k: StrictInt | None = Field(None, ge=1)
-
-
-class RootInputsRequest(s.TEIEmbedRequest):
-    """``POST /`` with text ``inputs``: /embed's fields, /predict's ``raw_scores``, and the
-    Inference API's classification ``parameters``."""
-
-    raw_scores: StrictBool = False
-    parameters: ClassificationParameters | None = None
 
 
 def _root_kind(value: Any) -> str:
@@ -104,19 +69,6 @@ RootRequest = Annotated[
     | Annotated[s.TEIRerankRequest, Tag("rerank")],
     Discriminator(_root_kind),
 ]
-
-
-async def similarity(engines: EngineArray, body: SimilarityRequest, limit: int) -> Reply:
-    """Cosine similarity of the source sentence to each of the others."""
-    texts = [body.inputs.source_sentence, *body.inputs.sentences]
-    check_batch(len(texts), limit, "inputs.sentences")
-    engine = engines.for_task(body.model, "embed")
-    options = body.parameters or SimilarityParameters()
-    result = await engine.embed(ops.decode_tei(texts, options, DenseVectors, normalize=True))
-    assert isinstance(result.output, DenseVectors)
-    others = range(1, len(texts))
-    cosines = result.output.cosine([0] * len(others), others)
-    return Reply([float(v) for v in cosines.values], result.timings)
 
 
 async def decode(engines: EngineArray, body: DecodeRequest, limit: int) -> Reply:
@@ -153,51 +105,26 @@ def _root_engine(engines: EngineArray, body: RootInputsRequest) -> Engine:
     return engine
 
 
-async def _inference_api_classify(engine: Engine, body: RootInputsRequest, limit: int) -> Reply:
-    """The Inference API's text classification: ``[[{"label", "score"}]]``, one list per
-    input, scored by ``function_to_apply`` (default: the model's own, as /predict scores)
-    and cut to ``top_k``."""
-    texts = [body.inputs] if isinstance(body.inputs, str) else list(body.inputs)
-    check_batch(len(texts), limit, "inputs")
-    assert body.parameters is not None
-    apply = body.parameters.function_to_apply
-    raw = body.raw_scores or apply is not None
-    labels, result = await engine.classify(
-        ClassifyRequest(texts, raw_scores=raw, truncate=body.truncate)
-    )
-    answer = Labels(labels).applied(apply, body.parameters.top_k)
-    return Reply(answer.rows, result.timings)
-
-
 async def root(engines: EngineArray, body: Any, limit: int) -> Reply:
     """``POST /``: the body says rerank or similarity; text ``inputs`` go by the model's
     kind (predict for a classifier, else its embedding: dense, sparse or multi-vector)."""
     if isinstance(body, s.TEIRerankRequest):
-        return await ops.tei_rerank(engines, body, limit)
+        return await ops.run(tei.RERANK, engines, body, limit)
     if isinstance(body, SimilarityRequest):
-        return await similarity(engines, body, limit)
+        return await ops.run(tei.SIMILARITY, engines, body, limit)
     engine = _root_engine(engines, body)
     kind, name = engine.family, engine.name
+    named = body.model_copy(update={"model": name})
     if kind.classifies:
         if body.parameters is not None:
-            return await _inference_api_classify(engine, body, limit)
-        predict = s.TEIPredictRequest(
-            inputs=body.inputs, raw_scores=body.raw_scores, truncate=body.truncate, model=name
-        )
-        return await ops.tei_predict(engines, predict, limit)
+            return await ops.run(tei.INFERENCE_CLASSIFY, engines, named, limit)
+        return await ops.run(tei.PREDICT, engines, named, limit)
     embedding = output_type(kind.embedding) if kind.embedding is not None else None
     if embedding is DenseVectors:
-        return await ops.tei_embed(engines, body.model_copy(update={"model": name}), limit)
+        return await ops.run(tei.EMBED, engines, named, limit)
     if embedding is SparseVectors or embedding is MultiVectors:
-        output = s.TEIEmbedOutputRequest(
-            inputs=body.inputs,
-            truncate=body.truncate,
-            truncation_direction=body.truncation_direction,
-            prompt_name=body.prompt_name,
-            model=name,
-        )
-        run = ops.tei_embed_sparse if embedding is SparseVectors else ops.tei_embed_all
-        return await run(engines, output, limit)
+        run = tei.EMBED_SPARSE if embedding is SparseVectors else tei.EMBED_ALL
+        return await ops.run(run, engines, named, limit)
     raise BadRequest(
         f"model {name!r} ({kind.name}) does not embed or classify; it serves {kind.serves()}: "
         'send {"query", "texts"} to rerank',

@@ -2,7 +2,17 @@
 
 from ember.engine.array import EngineArray
 from ember.engine.engine import Engine
+from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest
 from ember.engine.result import Result, Timings
 from ember.engine.sync import SyncEngineArray
 
-__all__ = ["Engine", "EngineArray", "Result", "SyncEngineArray", "Timings"]
+__all__ = [
+    "ClassifyRequest",
+    "EmbedRequest",
+    "Engine",
+    "EngineArray",
+    "RerankRequest",
+    "Result",
+    "SyncEngineArray",
+    "Timings",
+]

@@ -210,9 +210,9 @@ class Engine:
             item = self.processor.warm_up_item(modality)  # type: ignore[attr-defined]
             await self.batcher.run_direct([Piece(item, outputs[0])])
         if self.family.scoring is not None:
-            await self.rerank(WARM_UP_TEXT, [WARM_UP_TEXT])
+            await self.rerank(RerankRequest(WARM_UP_TEXT, [WARM_UP_TEXT]))
         if self.family.classifies:
-            await self.classify([WARM_UP_TEXT])
+            await self.classify(ClassifyRequest([WARM_UP_TEXT]))
         self.warmup_seconds = time.perf_counter() - started
 
     async def stop(self) -> None:
@@ -239,15 +239,10 @@ class Engine:
         return self.model
 
     # ---- the calls -------------------------------------------------------------------------
-    async def embed(
-        self, request: EmbedRequest | Sequence[str] | Sequence[Sequence[int]], **options: Any
-    ) -> Result:
-        """The embeddings ``request`` asks for (``EmbedRequest``; the embedded API's plain
-        form, inputs and keywords, builds one). Validated once against the model; with the
+    async def embed(self, request: EmbedRequest) -> Result:
+        """The embeddings ``request`` asks for, validated once against the model; with the
         embedding cache on, inputs embedded before with the same options come from it and
         skip the batcher."""
-        if not isinstance(request, EmbedRequest):
-            request = EmbedRequest(request, **options)
         request = request.validated(self._loaded(), self.name)
         inputs = request.inputs
         if self.cache is None or self._identity is None:
@@ -294,14 +289,9 @@ class Engine:
         )
         return result
 
-    async def rerank(
-        self, request: RerankRequest | str, documents: Sequence[str] = (), **options: Any
-    ) -> Result:
+    async def rerank(self, request: RerankRequest) -> Result:
         """One score per document: a cross-encoder's or an LLM reranker's (its activation
-        unless raw), or MaxSim's (``RerankRequest``; the embedded API's plain form, query,
-        documents and keywords, builds one)."""
-        if not isinstance(request, RerankRequest):
-            request = RerankRequest(request, documents, **options)
+        unless raw), or MaxSim's."""
         model = self._loaded()
         processor = self.processor
         assert processor is not None
@@ -348,13 +338,8 @@ class Engine:
         result.output = Logits.from_rows(rows).scores(raw=raw)
         return _served(len(pairs), result)
 
-    async def classify(
-        self, request: ClassifyRequest | Sequence[str], **options: Any
-    ) -> tuple[list[list[dict]], Result]:
-        """Every label's score per text (``ClassifyRequest``; the embedded API's plain
-        form, texts and keywords, builds one)."""
-        if not isinstance(request, ClassifyRequest):
-            request = ClassifyRequest(request, **options)
+    async def classify(self, request: ClassifyRequest) -> tuple[list[list[dict]], Result]:
+        """Every label's score per text, best first (``result.output``: the ``Labels``)."""
         model = self._loaded()
         self.family.require_classify(self.name)
         processor = self.processor

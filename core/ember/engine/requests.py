@@ -22,11 +22,6 @@ if TYPE_CHECKING:
     from ember.processors.text import Direction
 
 
-def full_size(dimensions: int | None) -> int | None:
-    """A body's ``dimensions``: 0 means the full size (as Infinity means it), like none."""
-    return dimensions or None
-
-
 @dataclass(frozen=True, slots=True)
 class EmbedRequest:
     """Embeddings of ``output`` kind (None: the model's first). ``query`` asks for
@@ -34,7 +29,9 @@ class EmbedRequest:
     markers and expansion, a Router's routes); None: neither said. ``modality`` image or
     audio: ``inputs`` are URLs, data: URIs or raw bytes. ``max_tokens`` (vLLM's
     ``truncate_prompt_tokens``, -1: the model's max) cuts each input to that many tokens
-    from ``truncation_direction``, special tokens included."""
+    from ``truncation_direction``, special tokens included. ``dimensions`` 0 means the full
+    size (as Infinity means it), like None; ``dimensions_param`` is the caller's name for
+    it (Cohere's ``output_dimension``), for the one range check's error."""
 
     inputs: Sequence[Any]
     output: Output | None = None
@@ -46,6 +43,11 @@ class EmbedRequest:
     query: bool | None = None
     modality: Modality = "text"
     max_tokens: int | None = None
+    dimensions_param: str = "dimensions"
+
+    def __post_init__(self) -> None:
+        if self.dimensions == 0:
+            object.__setattr__(self, "dimensions", None)
 
     def options(self) -> dict[str, Any]:
         """Every field but the inputs: what changes an output (the cache key's part)."""
@@ -59,6 +61,7 @@ class EmbedRequest:
             "query": self.query,
             "modality": self.modality,
             "max_tokens": self.max_tokens,
+            "dimensions_param": self.dimensions_param,  # changes only an error's words
         }
 
     def validated(self, model: ResolvedModel, name: str) -> EmbedRequest:
@@ -75,7 +78,9 @@ class EmbedRequest:
             )
         family.require_output(output, name)
         if self.dimensions is not None:
-            output_type(output).check_dimensions(self.dimensions, model.hidden_size, name)
+            output_type(output).check_dimensions(
+                self.dimensions, model.hidden_size, name, self.dimensions_param
+            )
         if self.modality != "text":
             family.require_modality(self.modality, name)
             if self.max_tokens is not None:

@@ -14,6 +14,7 @@ import numpy as np
 from ember.config import ServerSettings, settings_from_env
 from ember.engine.array import EngineArray
 from ember.engine.loop import EngineLoop
+from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest
 
 T = TypeVar("T")
 
@@ -41,9 +42,10 @@ class SyncEngineArray:
     def embed(
         self, texts: Sequence[str], *, model: str | None = None, **options: Any
     ) -> np.ndarray:
-        """Vectors as float32 [n, dims], normalised when the model says so."""
+        """Vectors as float32 [n, dims], normalised when the model says so; ``options``
+        are ``EmbedRequest``'s fields (``output``, ``prompt_name``, ``modality``, ...)."""
         engine = self.engines.for_task(model, "embed")
-        return self._call(engine.embed(list(texts), **options)).outputs
+        return self._call(engine.embed(EmbedRequest(list(texts), **options))).outputs
 
     def rerank(
         self,
@@ -55,14 +57,16 @@ class SyncEngineArray:
     ) -> list[float]:
         """One relevance score per document, in the documents' order."""
         engine = self.engines.for_task(model, "rerank")
-        result = self._call(engine.rerank(query, list(documents), raw_scores=raw_scores))
+        result = self._call(
+            engine.rerank(RerankRequest(query, list(documents), raw_scores=raw_scores))
+        )
         return [float(s) for s in result.outputs]
 
     def classify(
         self, texts: Sequence[str], *, model: str | None = None, raw_scores: bool = False
     ) -> list[list[dict]]:
         engine = self.engines.for_task(model, "classify")
-        labels, _ = self._call(engine.classify(list(texts), raw_scores=raw_scores))
+        labels, _ = self._call(engine.classify(ClassifyRequest(list(texts), raw_scores=raw_scores)))
         return labels
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from ember import tracing
 from ember.capabilities import Output
 from ember.config import ServerSettings
 from ember.engine import Engine, EngineArray
+from ember.engine.requests import EmbedRequest
 from ember.errors import BadRequest, ConfigError
 from ember.families import Family
 from ember.jobs.inputs import InputSpec, Row
@@ -68,14 +69,16 @@ class JobOptions:
     progress: bool = True
     truncate: bool = True  # off: a row past the model's maximum is refused (_errors.jsonl)
 
-    def embed_options(self) -> dict[str, Any]:
-        """What each engine call is given besides the output kind."""
-        return {
-            "normalize": self.normalize,
-            "dimensions": self.dimensions,
-            "prompt_name": self.prompt_name,
-            "truncate": self.truncate,
-        }
+    def embed_request(self, output: Output | None = None) -> EmbedRequest:
+        """The engine request every chunk is embedded with (its own inputs put in)."""
+        return EmbedRequest(
+            (),
+            output=output,
+            normalize=self.normalize,
+            dimensions=self.dimensions,
+            prompt_name=self.prompt_name,
+            truncate=self.truncate,
+        )
 
 
 def job_settings(settings: ServerSettings, options: JobOptions) -> ServerSettings:
@@ -98,7 +101,7 @@ async def embed_rows(
     shard_rows: int,
     in_flight: int = IN_FLIGHT,
     chunk_rows: int = CHUNK_ROWS,
-    embed_options: dict[str, Any] | None = None,
+    request: EmbedRequest | None = None,
     on_rows: Callable[[int], object] | None = None,
     refuse_rows: bool = False,
 ) -> AsyncIterator[tuple[list[Any], list[Any]]]:
@@ -106,7 +109,7 @@ async def embed_rows(
     the order ``rows`` gives them, with up to ``in_flight`` inputs queued ahead. With
     ``refuse_rows`` a row the model refuses is a ``Refused`` among the embeddings
     (``jobs.refusals``) instead of the call's error."""
-    options = embed_options or {}
+    base = replace(request or EmbedRequest(()), output=output)  # each chunk's options
     source = iter(rows)
     window: deque[tuple[list[Any], list[str], asyncio.Task[Any]]] = deque()
     queued = 0
@@ -121,7 +124,7 @@ async def embed_rows(
                     exhausted = True
                     break
                 texts = [text for _, text in part]
-                call = engine.embed(texts, output=output, **options)
+                call = engine.embed(replace(base, inputs=texts))
                 call = tracing.traced(tracing.JOB_SPAN, call)  # a span per chunk, if on
                 chunk_ids = [row_id for row_id, _ in part]
                 window.append((chunk_ids, texts, asyncio.ensure_future(call)))
@@ -134,7 +137,7 @@ async def embed_rows(
             except BadRequest:
                 if not refuse_rows:
                     raise
-                outputs = await embed_each(texts, partial(_embed_one, engine, output, options))
+                outputs = await embed_each(texts, partial(_embed_one, engine, base))
             queued -= len(chunk_ids)
             ids.extend(chunk_ids)
             values.extend(outputs)
@@ -151,8 +154,8 @@ async def embed_rows(
         await asyncio.gather(*(task for *_, task in window), return_exceptions=True)
 
 
-async def _embed_one(engine: Engine, output: Output, options: dict[str, Any], text: str) -> Any:
-    return (await engine.embed([text], output=output, **options)).outputs[0]
+async def _embed_one(engine: Engine, base: EmbedRequest, text: str) -> Any:
+    return (await engine.embed(replace(base, inputs=[text]))).outputs[0]
 
 
 def job_identity(
@@ -224,10 +227,10 @@ async def run_embed_job(engine: Engine, source: InputSpec, options: JobOptions) 
 async def _embed_held(engine: Engine, source: InputSpec, options: JobOptions) -> JobSummary:
     """``run_embed_job`` once this process holds the output directory."""
     output = choose_output(engine, options.output_kind)
-    embed_options = options.embed_options()
+    request = options.embed_request(output)
     # The options are tried once first: one the model cannot take (dimensions past its
     # size) fails the job here, not every row into the dead-letter file.
-    probe = await engine.embed(["ember"], output=output, **embed_options)
+    probe = await engine.embed(replace(request, inputs=["ember"]))
     empty = embedding_array(output, probe.outputs)[:0]  # a shard whose rows are all refused
     run = open_run(engine.spec, source, output, options)
     if run.finished:
@@ -240,7 +243,7 @@ async def _embed_held(engine: Engine, source: InputSpec, options: JobOptions) ->
             shard_rows=options.shard_rows,
             in_flight=options.in_flight,
             chunk_rows=options.chunk_rows,
-            embed_options=embed_options,
+            request=request,
             on_rows=run.bar.update,
             refuse_rows=True,
         ):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,6 @@ class Embedder:
             in_flight=in_flight,
             chunk_rows=chunk_rows,
         )
-        self.embed_options = options.embed_options()
         if settings is None:
             settings = settings_from_env(model_id=model_id, **setting_overrides)
         settings = _fit_to_worker(job_settings(settings, options))
@@ -80,11 +80,10 @@ class Embedder:
         self.loop.run(self.engines.start())
         self.engine = self.engines.get(None)
         self.output = choose_output(self.engine, output)
+        self.request = options.embed_request(self.output)
         # The options are tried once (bad ones fail the pool at start, not every row), and
         # give the column's type for a batch whose rows are all refused.
-        probe = self.loop.run(
-            self.engine.embed(["ember"], output=self.output, **self.embed_options)
-        )
+        probe = self.loop.run(self.engine.embed(replace(self.request, inputs=["ember"])))
         self.empty = embedding_array(self.output, probe.outputs)[:0]
 
     def __call__(self, batch: Any) -> Any:
@@ -114,7 +113,7 @@ class Embedder:
             shard_rows=len(rows),
             in_flight=self.in_flight,
             chunk_rows=self.chunk_rows,
-            embed_options=self.embed_options,
+            request=self.request,
             refuse_rows=True,
         ):
             out.extend(values)

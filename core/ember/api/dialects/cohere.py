@@ -1,4 +1,5 @@
-"""Cohere's embed API (``POST /v1/embed``, ``/v2/embed``), as the ``cohere`` SDK speaks it.
+"""Cohere's dialect: embed (``POST /v1/embed``, ``/v2/embed``) as the ``cohere`` SDK speaks
+it, and rerank (``/v1/rerank``, ``/v2/rerank``), whose frame Infinity's routes share.
 
 What the SDK (7.x) sends, read from its source: v1 ``Client.embed`` posts ``texts``,
 ``images``, ``model``, ``input_type``, ``embedding_types``, ``truncate`` (in batches of 96
@@ -18,20 +19,23 @@ for a model whose own config does not normalise.
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from ember.api.operations import Reply, check_batch
+from ember.api import schemas as s
+from ember.api.dialects import Translator, usage
 from ember.api.schemas import NonEmptyText, StrictInt, _Body
-from ember.capabilities import Modality
-from ember.engine import Engine, EngineArray, Result
-from ember.engine.requests import EmbedRequest
+from ember.capabilities import Capability, Modality
+from ember.engine import Engine, Result
+from ember.engine.requests import EmbedRequest, RerankRequest
 from ember.errors import BadRequest
 from ember.heads.quantize import EmbeddingType, encode_embeddings, to_float
-from ember.outputs import DenseVectors, check_dimensions
+from ember.outputs import DenseVectors, Scores
 from ember.prompts import prompt_for
 
 InputType = Literal["search_document", "search_query", "classification", "clustering", "image"]
@@ -150,72 +154,118 @@ def _items(body: CohereEmbedRequest) -> tuple[list[str], Modality]:
     return body.texts, "text"
 
 
-def _check_limits(engine: Engine, body: CohereEmbedRequest) -> None:
-    """Refuse sizes this model cannot give, naming Cohere's fields (before any compute)."""
-    model = engine.model
-    if model is None:
-        return  # still loading: the engine call answers 503
-    if body.output_dimension is not None:  # the schema refuses below 1
-        check_dimensions(
-            body.output_dimension,
-            model.hidden_size,
-            param="output_dimension",
-            model=f"model {engine.name!r}",
-        )
-    max_tokens = getattr(body, "max_tokens", None)
-    if max_tokens is not None and max_tokens < model.max_length:
-        raise BadRequest(
-            f"max_tokens below the model's maximum ({model.max_length}) is not supported; "
-            "leave it out to embed up to the maximum",
-            param="max_tokens",
-        )
+class Embed(Translator[CohereEmbedRequest, EmbedRequest]):
+    """``POST /v1/embed`` and ``/v2/embed``: normalised dense vectors (Cohere's types are
+    of one vector per text), Cohere's truncation and ``input_type``."""
 
+    def count(self, body: CohereEmbedRequest) -> int:
+        return len(_items(body)[0])
 
-async def _embed(
-    engine: Engine, items: list[str], modality: Modality, body: CohereEmbedRequest
-) -> Result:
-    """The one engine call: normalised dense vectors, Cohere's truncation and input_type."""
-    truncate, direction = TRUNCATION[body.truncate or "END"]
-    prompts = engine.model.prompts if engine.model is not None else {}
-    if modality != "text":
-        request = EmbedRequest(
+    def named(self, body: CohereEmbedRequest) -> str:
+        return "texts" if _items(body)[1] == "text" else "images"
+
+    def pick(self, body: CohereEmbedRequest) -> Capability:
+        return "embed" if _items(body)[1] == "text" else "image_embed"
+
+    def decode(self, body: CohereEmbedRequest, engine: Engine) -> EmbedRequest:
+        items, modality = _items(body)
+        model = engine.model
+        if model is not None:  # before any download: the model must take images
+            engine.family.require_modality(modality, engine.name, param="images")
+        max_tokens = getattr(body, "max_tokens", None)
+        if model is not None and max_tokens is not None and max_tokens < model.max_length:
+            raise BadRequest(
+                f"max_tokens below the model's maximum ({model.max_length}) is not supported; "
+                "leave it out to embed up to the maximum",
+                param="max_tokens",
+            )
+        common: dict[str, Any] = {
+            "output": DenseVectors.kind,
+            "normalize": True,
+            "dimensions": body.output_dimension,
+            "dimensions_param": "output_dimension",
+            "modality": modality,
+        }
+        if modality != "text":
+            return EmbedRequest(items, **common)
+        truncate, direction = TRUNCATION[body.truncate or "END"]
+        prompts = model.prompts if model is not None else {}
+        return EmbedRequest(
             items,
-            output=DenseVectors.kind,
-            normalize=True,
-            dimensions=body.output_dimension,
-            modality=modality,
-        )
-    else:
-        request = EmbedRequest(
-            items,
-            output=DenseVectors.kind,  # Cohere's types are of one vector per text
-            normalize=True,
-            dimensions=body.output_dimension,
             truncate=truncate,
             truncation_direction=direction,
             prompt_name=prompt_for(body.input_type, prompts),
+            **common,
         )
-    return await engine.embed(request)
 
-
-async def cohere_embed(engines: EngineArray, body: CohereEmbedRequest, limit: int) -> Reply:
-    items, modality = _items(body)
-    check_batch(len(items), limit, "texts" if modality == "text" else "images")
-    engine = engines.for_task(body.model, "embed" if modality == "text" else "image_embed")
-    if engine.model is not None:  # before any download: the model must take images
-        engine.family.require_modality(modality, engine.name, param="images")
-    _check_limits(engine, body)
-    result = await _embed(engine, items, modality, body)
-    texts = items if modality == "text" else []
-    v2 = isinstance(body, CohereEmbedV2Request)
-    types = body.embedding_types or (["float"] if v2 else None)
-    return Reply(
-        embed_response(
+    def encode(self, body: CohereEmbedRequest, engine: Engine, result: Result) -> Any:
+        v2 = isinstance(body, CohereEmbedV2Request)
+        texts = body.texts if body.texts and not body.images else []
+        return embed_response(
             result.outputs,
             texts,
             result.prompt_tokens,
-            embedding_types=types,
+            embedding_types=body.embedding_types or (["float"] if v2 else None),
             api_version="2" if v2 else "1",
-        ),
-        result.timings,
-    )
+        )
+
+
+def envelope(kind: str, key: str, payload: Any, model: str, tokens: int) -> dict[str, Any]:
+    """The response frame Cohere/Infinity clients expect around rerank and classify results."""
+    return {
+        "id": str(uuid.uuid4()),
+        "object": kind,
+        key: payload,
+        "model": model,
+        "usage": usage(tokens),
+        "created": int(time.time()),
+    }
+
+
+def documents(body: s.RerankRequest) -> list[str]:
+    return [d if isinstance(d, str) else d.text for d in body.documents]
+
+
+class Rerank(Translator[s.RerankRequest, RerankRequest]):
+    """Cohere's ``/v1/rerank``, ``/v2/rerank``: the best ``top_n`` documents first;
+    ``document`` is ``{"text": ...}``, there only with ``return_documents``, as the Cohere
+    SDKs read it."""
+
+    capability = "rerank"
+    field = "documents"
+
+    def count(self, body: s.RerankRequest) -> int:
+        return len(body.documents)
+
+    def decode(self, body: s.RerankRequest, engine: Engine) -> RerankRequest:
+        return RerankRequest(
+            body.query,
+            documents(body),
+            raw_scores=body.raw_scores,
+            truncate=body.truncate,
+            modality=body.modality,
+            instruction=body.instruction,
+            scale="probability",
+        )
+
+    def document(self, text: str | None) -> dict[str, Any]:
+        """How a result carries its document's text (None: not asked for)."""
+        return {} if text is None else {"document": {"text": text}}
+
+    def encode(self, body: s.RerankRequest, engine: Engine, result: Result) -> Any:
+        assert isinstance(result.output, Scores)
+        scores: Sequence[float] = result.output.values
+        docs = documents(body) if body.return_documents else None
+        results = [
+            {
+                "index": int(i),
+                "relevance_score": float(scores[i]),
+                **self.document(docs[i] if docs is not None else None),
+            }
+            for i in result.output.best_first(body.top_n)
+        ]
+        return envelope("rerank", "results", results, engine.name, result.prompt_tokens)
+
+
+EMBED = Embed()
+RERANK = Rerank()
