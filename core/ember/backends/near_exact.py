@@ -74,11 +74,10 @@ def applies(model: ResolvedModel, reference: Backend) -> str | None:
         return f"no near-exact probe for {model.family.name} models yet"
     if model.task_adapters or not model.family.runs_on("onnx"):
         return f"{model.family.name} models have no ONNX graph for {CANDIDATE[0]} to run"
-    if model.backbone == "dual-encoder" and reference.info.name != "onnx":
-        # SigLIP: auto keeps it on torch (ORT was no faster); no bf16 path measured yet.
-        return (
-            f"{model.family.name} towers: no near-exact path measured beside {reference.info.name}"
-        )
+    if reference.info.name != "onnx":
+        # The candidate runs the onnx backend's graph: where auto chose another runtime
+        # (remote code, which may not export; SigLIP's towers, ORT no faster) it stays.
+        return f"auto chose {reference.info.name}: no near-exact path measured beside it"
     outputs = model.family.outputs
     if model.backbone == "encoder" and not (len(outputs) == 1 and is_dense(outputs[0])):
         # The probe compares dense vectors; sparse weights and token vectors (BGE-M3's
