@@ -74,10 +74,6 @@ def applies(model: ResolvedModel, reference: Backend) -> str | None:
         return f"no near-exact probe for {model.family.name} models yet"
     if model.task_adapters or not model.family.runs_on("onnx"):
         return f"{model.family.name} models have no ONNX graph for {CANDIDATE[0]} to run"
-    if reference.info.name != "onnx":
-        # The candidate runs the onnx backend's graph: where auto chose another runtime
-        # (remote code, which may not export; SigLIP's towers, ORT no faster) it stays.
-        return f"auto chose {reference.info.name}: no near-exact path measured beside it"
     outputs = model.family.outputs
     if model.backbone == "encoder" and not (len(outputs) == 1 and is_dense(outputs[0])):
         # The probe compares dense vectors; sparse weights and token vectors (BGE-M3's
@@ -85,6 +81,10 @@ def applies(model: ResolvedModel, reference: Backend) -> str | None:
         return "no near-exact probe for multi-vector or sparse outputs yet"
     if (unit := cpu.native_bf16()) is None:
         return "this CPU has no native bf16 (AVX512-BF16 or AMX)"
+    if reference.info.name != "onnx":
+        # The candidate runs the onnx backend's graph: where auto chose another runtime
+        # (remote code, which may not export; SigLIP's towers, ORT no faster) it stays.
+        return f"auto chose {reference.info.name}: no near-exact path measured beside it"
     if find_spec("openvino") is None:
         return f"this CPU has {unit}, but openvino is not installed (pip install 'ember[openvino]')"
     return None

@@ -12,7 +12,7 @@ bf16, worst cosine 0.99998 to fp32 (torch bf16: 0.99994).
 
 from __future__ import annotations
 
-import threading
+import queue
 from typing import Any
 
 import numpy as np
@@ -130,21 +130,26 @@ class OpenVinoBackend(BackendDefaults):
             raise ConfigError(f"{path}: none of the outputs {sorted(names)} is {wanted}")
         self.output_name = found[0]
         self.name = TOKEN_STATES if model.backbone == "encoder" else LOGITS
-        self._local = threading.local()
+        # One infer request per forward thread, made here, not by the threads' first
+        # forwards at once; each forward borrows one.
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for _ in range(self.parallel_forwards):
+            self._requests.put(self.compiled.create_infer_request())
         self.info = backend_info(model, path, precision, f"{self.parallel_forwards}x{threads}")
 
     def forward(self, batch: TokenBatch) -> Outputs:
-        request = getattr(self._local, "request", None)
-        if request is None:
-            request = self._local.request = self.compiled.create_infer_request()
         feeds = {
             "input_ids": batch.input_ids,
             "attention_mask": batch.attention_mask,
             "token_type_ids": batch.token_type_ids,
         }
         feeds = {k: v.astype(np.int64, copy=False) for k, v in feeds.items() if k in self.inputs}
-        result = request.infer(feeds)
-        return {self.name: np.array(result[self.output_name], dtype=np.float32)}
+        request = self._requests.get()
+        try:
+            result = request.infer(feeds)
+            return {self.name: np.array(result[self.output_name], dtype=np.float32)}
+        finally:
+            self._requests.put(request)
 
     def close(self) -> None:
         self.compiled = None
