@@ -8,7 +8,7 @@ them, returning the projected embedding the dense head normalises.
 
 from __future__ import annotations
 
-import threading
+import queue
 from typing import Any
 
 import numpy as np
@@ -39,18 +39,15 @@ class OpenVinoMediaBackend(BackendDefaults):
             self._inputs[modality] = {
                 i.get_any_name(): np.dtype(i.get_element_type().to_dtype()) for i in compiled.inputs
             }
-        self._local = threading.local()
+        # One infer request per tower and forward thread, made here and lent to forwards
+        # (as the text backend does), not made by the threads' first forwards at once.
+        self._requests = {m: queue.SimpleQueue() for m in self.compiled}
+        for modality, compiled in self.compiled.items():
+            for _ in range(self.parallel_forwards):
+                self._requests[modality].put(compiled.create_infer_request())
         threading_plan = f"{self.parallel_forwards}x{threads}"
         towers = ",".join(model.family.modalities)
         self.info = backend_info(model, directory, precision, threading_plan, towers=towers)
-
-    def _request(self, modality: str) -> Any:
-        requests = getattr(self._local, "requests", None)
-        if requests is None:
-            requests = self._local.requests = {}
-        if modality not in requests:
-            requests[modality] = self.compiled[modality].create_infer_request()
-        return requests[modality]
 
     def forward(self, batch: Batch) -> Outputs:
         if not isinstance(batch, FeatureBatch):
@@ -63,8 +60,13 @@ class OpenVinoMediaBackend(BackendDefaults):
                     f"return (it returned {sorted(batch.arrays)})"
                 )
             feeds[name] = np.ascontiguousarray(batch.arrays[name], dtype=dtype)
-        result = self._request(batch.modality).infer(feeds)
-        return {EMBEDDINGS: np.array(result[OUTPUT], dtype=np.float32)}
+        requests = self._requests[batch.modality]
+        request = requests.get()
+        try:
+            result = request.infer(feeds)
+            return {EMBEDDINGS: np.array(result[OUTPUT], dtype=np.float32)}
+        finally:
+            requests.put(request)
 
     def close(self) -> None:
         self.compiled = {}
