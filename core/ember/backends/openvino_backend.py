@@ -70,11 +70,24 @@ def _hint(precision: str) -> str:
     return PRECISIONS[precision]
 
 
+def _ready_numpy_bridge(openvino: Any) -> None:
+    """Make OpenVINO's first numpy view of a tensor here, in the loading thread.
+
+    pybind11 looks numpy's C API up once per process, under a C++ static guard and the GIL
+    at once: two forward threads making their first ``tensor.data`` together deadlock (one
+    holds the GIL waiting on the guard, the other holds the guard waiting on the GIL). A
+    start with a cached near-exact decision, whose first infers were the batcher's warm-up
+    from two threads, hung so in 4 of 8 starts of ``examples/embedded.py``.
+    """
+    openvino.Tensor(np.zeros(1, dtype=np.float32)).data  # noqa: B018 (the lookup is the point)
+
+
 def compile_graph(path: Any, precision: str, streams: int, threads: int) -> Any:
     """An ONNX graph compiled for this CPU at ``precision``: ``streams`` forwards at once
     (one infer request per forward thread), ``threads`` each, as ``cpu_forward_plan`` says."""
     import openvino
 
+    _ready_numpy_bridge(openvino)
     config = {
         "INFERENCE_PRECISION_HINT": _hint(precision),
         "INFERENCE_NUM_THREADS": threads,
