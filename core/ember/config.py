@@ -36,7 +36,7 @@ from ember.defaults import (
     NEURON_BUCKETS,
 )
 from ember.errors import ConfigError
-from ember.families import INSTRUCTIONS
+from ember.families.registry import INSTRUCTIONS
 from ember.models.spec import (
     FORWARD_NICE,
     MAX_BATCH_SIZE,

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 
-from ember.families import FAMILIES, by_name
+from ember.families.registry import FAMILIES, by_name
 from tests.conformance import kit
 from tests.conformance.references import module_name, modules
 from tests.support import ServerProcess, start_server

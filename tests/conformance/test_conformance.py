@@ -1,6 +1,6 @@
 """Every registry family, on every backend its row claims, against its reference library.
 
-For each (family, backend) of ``ember.families.FAMILIES``: the family's reference module
+For each (family, backend) of ``ember.families.registry.FAMILIES``: the family's reference module
 (tests/conformance/references/) builds the tiny seeded model its row's example names,
 a real `ember serve` serves it on that backend in fp32, and each probe's answer over HTTP
 must match what the reference library computed (tests/conformance/kit.py has the
@@ -19,8 +19,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from ember.families import FAMILIES, by_name
 from ember.families.base import Condition
+from ember.families.registry import FAMILIES, by_name
 from tests.conformance.kit import Probe
 from tests.conformance.references import module_name, modules
 from tests.conformance.session import ELSEWHERE, RUNNABLE, Kit, pairs

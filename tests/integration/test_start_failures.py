@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ember.families import FAMILIES
+from ember.families.registry import FAMILIES
 from ember.families.table import cpu_auto
 from tests.conformance.references import modules
 from tests.fixtures import tiny_models as tiny
@@ -74,7 +74,7 @@ def test_a_failed_export_is_one_line(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     import ember.backends
-    from ember.families import by_name
+    from ember.families.registry import by_name
 
     path = models[family]
     kind = by_name(family)

@@ -184,6 +184,16 @@ def _resolve(name: str, modules: Iterable[str]) -> str:
     return name
 
 
+def _packages_run(target: str, source: str, modules: Iterable[str]) -> list[str]:
+    """The packages whose ``__init__`` importing ``target`` runs from ``source``: each
+    package above it, but not those above ``source`` (already imported to reach it)."""
+    known = set(modules)
+    parts = target.split(".")
+    above = {".".join(parts[:n]) for n in range(1, len(parts))}
+    mine = {".".join(source.split(".")[:n]) for n in range(1, len(source.split(".")) + 1)}
+    return sorted(p for p in above - mine if p in known)
+
+
 def arrows(core: Path = CORE) -> tuple[list[str], list[Arrow]]:
     """The modules of ``core/ember`` and every import arrow between them, or out of them to
     a library (its top-level name)."""
@@ -196,9 +206,10 @@ def arrows(core: Path = CORE) -> tuple[list[str], list[Arrow]]:
                 target = _resolve(name, paths)
             else:
                 target = name.split(".")[0]
-            if target and target != module and (module, target) not in found:
-                rel = str(path.relative_to(core))
-                found[(module, target)] = Arrow(module, target, rel, line)
+            rel = str(path.relative_to(core))
+            for reached in [target, *_packages_run(target, module, paths)]:
+                if reached and reached != module and (module, reached) not in found:
+                    found[(module, reached)] = Arrow(module, reached, rel, line)
     return sorted(paths), sorted(found.values(), key=lambda a: (a.source, a.target))
 
 

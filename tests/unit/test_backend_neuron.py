@@ -27,7 +27,7 @@ from ember.backends import neuron_export as ne
 from ember.batch import TokenBatch
 from ember.config import settings_from_env
 from ember.errors import ConfigError, MissingDependency
-from ember.families import for_task
+from ember.families.registry import for_task
 from ember.models.spec import ModelSpec, ResolvedModel
 
 BATCH = 4

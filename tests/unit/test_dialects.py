@@ -14,7 +14,7 @@ from ember.api import schemas as s
 from ember.api.dialects import cohere, infinity, openai, sagemaker, tei, vllm
 from ember.api.routes import ROUTES
 from ember.errors import BadRequest
-from ember.families import by_name
+from ember.families.registry import by_name
 from ember.outputs import SparseVector
 
 # A model still loading: what decode reads of an engine before the model is known.

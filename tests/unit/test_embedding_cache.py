@@ -22,7 +22,7 @@ from ember.engine.cache import (
     model_identity,
 )
 from ember.engine.result import Result, Timings
-from ember.families import for_task
+from ember.families.registry import for_task
 from ember.heads.sparse import SparseVector
 from ember.metrics import Metrics
 from ember.models.spec import ModelSpec, ResolvedModel

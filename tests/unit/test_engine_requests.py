@@ -10,7 +10,7 @@ import pytest
 
 from ember.engine.requests import EmbedRequest
 from ember.errors import BadRequest
-from ember.families import by_name
+from ember.families.registry import by_name
 
 
 def model(family: str, prompts: dict[str, str] | None = None) -> SimpleNamespace:

@@ -11,7 +11,7 @@ import pytest
 
 from ember.backends.registry import BACKEND_NAMES, REGISTRY
 from ember.capabilities import OUTPUT_NOUNS
-from ember.families import FAMILIES, by_name, for_task
+from ember.families.registry import FAMILIES, by_name, for_task
 from ember.families.table import readme_block, supported_models_table
 
 ROOT = Path(__file__).resolve().parents[2]

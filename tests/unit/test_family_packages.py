@@ -9,7 +9,7 @@ import ast
 import importlib
 from pathlib import Path
 
-from ember.families import FAMILIES, Family
+from ember.families.registry import FAMILIES, Family
 
 PACKAGE = Path(__file__).resolve().parents[2] / "core" / "ember"
 FAMILIES_DIR = PACKAGE / "families"
@@ -62,7 +62,7 @@ def test_the_check_sees_an_import_of_a_family_package(tmp_path: Path) -> None:
     is caught, and one of the registry or the Family type is not."""
     sample = tmp_path / "sample.py"
     sample.write_text(
-        "from ember.families import FAMILIES\n"
+        "from ember.families.registry import FAMILIES\n"
         "from ember.families.base import Family\n"
         "def f():\n"
         "    from ember.families.router.backend import load_routes\n"

@@ -82,6 +82,23 @@ def test_the_graph_finds_a_cycle_through_a_lazy_import(tmp_path: Path) -> None:
     assert "ember.capabilities -> ember.errors (ember/capabilities.py:1)" in report[0]
 
 
+def test_importing_a_submodule_runs_its_packages_init(tmp_path: Path) -> None:
+    """``from ember.kinds.a import x`` runs ``ember/kinds/__init__.py`` first: a registry
+    there that imports every kind closes a loop through any kind that a module the kinds
+    use imports (the families registry once sat so in ``families/__init__.py``)."""
+    package = tmp_path / "ember"
+    (package / "kinds").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "kinds" / "__init__.py").write_text("from ember.kinds.a import A\n")
+    (package / "kinds" / "a.py").write_text("from ember.shared import helper\nA = 1\n")
+    (package / "shared.py").write_text("def helper():\n    from ember.kinds.a import A\n")
+    modules, found = lm.arrows(tmp_path)
+    assert "ember.shared -> ember.kinds (ember/shared.py:2)" in {str(a) for a in found}
+    assert lm.components(modules, found) == [["ember.kinds", "ember.kinds.a", "ember.shared"]]
+    # A module of the package itself finds its package already imported: no arrow up.
+    assert not [a for a in found if (a.source, a.target) == ("ember.kinds.a", "ember.kinds")]
+
+
 @pytest.mark.parametrize(
     ("source", "target", "rule"),
     [

@@ -16,8 +16,8 @@ from ember.backends import ct2_backend
 from ember.backends.choice import choose_backend
 from ember.backends.neuron_export import compile_options
 from ember.errors import BadRequest, ConfigError
-from ember.families import by_name
 from ember.families.llm_reranker.templates import TEMPLATES, LlmReranker, answer_token_ids
+from ember.families.registry import by_name
 from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec
 from ember.processors import build_processor

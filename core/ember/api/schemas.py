@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-from ember.families import INSTRUCTIONS
+from ember.families.registry import INSTRUCTIONS
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
 # true or false only: pydantic's lax bool would take 0, 1, "yes" or "off" for a flag.

@@ -2,7 +2,7 @@
 what it is (its facts), and what processes, heads, scores and runs it.
 
 A family is a ``Family`` row declared in its own package of this package
-(``ember.families.<name>``) and listed once in ``ember.families.FAMILIES``; the resolver,
+(``ember.families.<name>``) and listed once in ``ember.families.registry.FAMILIES``; the resolver,
 the engine, the API, ``/v1/models``, backend choice, export and the errors read the row
 (and a model's ``facts``), and no module outside this package names a family
 (tests/unit/test_families.py checks it). Rows pickle by name (``ember.families``

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ember.families import SCORE_MODULES, ModelFiles, detect
+from ember.families.registry import SCORE_MODULES, ModelFiles, detect
 from ember.models.resolve import locate
 from ember.models.spec import ModelSpec, ResolvedModel
 from ember.models.st_files import StModules, st_modules, st_pipeline

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 from ember.backend_table import BACKEND_NAMES
-from ember.families import FAMILIES
 from ember.families.base import Family
+from ember.families.registry import FAMILIES
 
 START, END = "<!-- supported-models:start -->", "<!-- supported-models:end -->"
 _SCORING = {

@@ -27,7 +27,7 @@ from ember.config import ServerSettings
 from ember.engine import Engine, EngineArray
 from ember.engine.requests import EmbedRequest
 from ember.errors import BadRequest, ConfigError
-from ember.families import Family
+from ember.families.registry import Family
 from ember.jobs.inputs import InputSpec, Row
 from ember.jobs.lock import hold_output
 from ember.jobs.refusals import embed_each, split_refused

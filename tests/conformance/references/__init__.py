@@ -1,4 +1,4 @@
-"""One reference module per registry family (``ember.families.FAMILIES``), named after it
+"""One reference module per registry family (``ember.families.registry.FAMILIES``), named after it
 (``llm-cross-encoder`` -> ``llm_cross_encoder.py``). Each says which family and example it
 stands for and how to build and check it; README.md in the folder above has the contract.
 """
