@@ -5,9 +5,9 @@ This is ``--backend auto``'s near-exact path on a CPU with AVX512-BF16 or AMX
 (``ember.backends.near_exact``), not a backend of its own: it reads the same cached graph
 ``onnx_export`` builds, and OpenVINO's CPU plugin runs its matmuls in bf16 while keeping
 normalisations and softmax in float32. Measured on the project's 2-core Zen 4 (AVX512-BF16),
-all-MiniLM-L6-v2, 32 sentences of 71 tokens, one thread per forward, alternating runs on a
-busy host: 335-476 ms per batch against 783-1255 ms for ORT fp32 and 755-1271 ms for torch
-bf16, worst cosine 0.99998 to fp32 (torch bf16: 0.99994).
+all-MiniLM-L6-v2, 32 sentences of 64 tokens, one stream on both cores, quiet host: 145 ms
+per batch (fp32 on the same plan 261 ms, int8 97 ms), worst cosine 0.99996 to fp32 over
+the 2,048-sentence anchor corpus.
 """
 
 from __future__ import annotations
@@ -82,16 +82,25 @@ def _ready_numpy_bridge(openvino: Any) -> None:
     openvino.Tensor(np.zeros(1, dtype=np.float32)).data  # noqa: B018 (the lookup is the point)
 
 
-def compile_graph(path: Any, precision: str, streams: int, threads: int) -> Any:
-    """An ONNX graph compiled for this CPU at ``precision``: ``streams`` forwards at once
-    (one infer request per forward thread), ``threads`` each, as ``cpu_forward_plan`` says."""
+def compile_graph(path: Any, precision: str, threads: int) -> Any:
+    """An ONNX graph compiled for this CPU at ``precision``: one stream of ``threads``
+    threads (all the cores the forward plan has), which every forward thread's infer
+    request feeds in turn.
+
+    One stream on all cores, not a stream per forward thread: on the 2-core Zen 4, MiniLM,
+    a batch of 32 at 64 tokens took 145 ms on 1x2 against 257 ms on 2x1 at bf16 (int8: 97
+    against 198), and served (``benchmarks/run.py --loads ab``, in one run) the near-exact
+    default went from 117 to 175 sent/s at (a), 110 to 147 at (b); the fast tier from 135
+    to 197 and 132 to 169. The second request waiting on the stream keeps the next batch
+    ready while one runs.
+    """
     import openvino
 
     _ready_numpy_bridge(openvino)
     config = {
         "INFERENCE_PRECISION_HINT": _hint(precision),
         "INFERENCE_NUM_THREADS": threads,
-        "NUM_STREAMS": streams,
+        "NUM_STREAMS": 1,
         "PERFORMANCE_HINT": "LATENCY",
     }
     return openvino.Core().compile_model(str(path), "CPU", config)
@@ -125,14 +134,15 @@ def check_precision(precision: str) -> None:
 
 
 class OpenVinoBackend(BackendDefaults):
-    """One compiled model; each forward thread runs its own infer request."""
+    """One compiled model on one stream; each forward thread feeds it its own infer request."""
 
     def __init__(self, model: ResolvedModel, path: Any, precision: str) -> None:
         self.parallel_forwards, threads = cpu_forward_plan(
             model.runtime.forward_workers, physical_cores()
         )
         self.padding = ORT_CPU_PADDING  # the same graph computes every padded position
-        self.compiled = compile_graph(path, precision, self.parallel_forwards, threads)
+        cores = self.parallel_forwards * threads
+        self.compiled = compile_graph(path, precision, cores)
         self.inputs = {i.get_any_name() for i in self.compiled.inputs}
         if "input_ids" not in self.inputs:
             raise ConfigError(f"{path} has no input_ids input (inputs: {sorted(self.inputs)})")
@@ -148,7 +158,8 @@ class OpenVinoBackend(BackendDefaults):
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         for _ in range(self.parallel_forwards):
             self._requests.put(self.compiled.create_infer_request())
-        self.info = backend_info(model, path, precision, f"{self.parallel_forwards}x{threads}")
+        plan = f"1x{cores}, {self.parallel_forwards} requests"
+        self.info = backend_info(model, path, precision, plan)
 
     def forward(self, batch: TokenBatch) -> Outputs:
         feeds = {

@@ -24,7 +24,8 @@ from ember.models.spec import ResolvedModel
 
 
 class OpenVinoMediaBackend(BackendDefaults):
-    """A compiled graph per tower; each forward thread runs its own infer requests."""
+    """A compiled graph per tower, one stream each; each forward thread feeds its own
+    infer requests."""
 
     def __init__(self, model: ResolvedModel, directory: Any, precision: str) -> None:
         self.parallel_forwards, threads = cpu_forward_plan(
@@ -34,7 +35,7 @@ class OpenVinoMediaBackend(BackendDefaults):
         self._inputs: dict[str, dict[str, np.dtype]] = {}
         for modality in model.family.modalities:
             path = directory / TOWER_FILES[modality]
-            compiled = compile_graph(path, precision, self.parallel_forwards, threads)
+            compiled = compile_graph(path, precision, self.parallel_forwards * threads)
             self.compiled[modality] = compiled
             self._inputs[modality] = {
                 i.get_any_name(): np.dtype(i.get_element_type().to_dtype()) for i in compiled.inputs
@@ -45,7 +46,7 @@ class OpenVinoMediaBackend(BackendDefaults):
         for modality, compiled in self.compiled.items():
             for _ in range(self.parallel_forwards):
                 self._requests[modality].put(compiled.create_infer_request())
-        threading_plan = f"{self.parallel_forwards}x{threads}"
+        threading_plan = f"1x{self.parallel_forwards * threads}, {self.parallel_forwards} requests"
         towers = ",".join(model.family.modalities)
         self.info = backend_info(model, directory, precision, threading_plan, towers=towers)
 
