@@ -16,6 +16,7 @@ computed on that variant; a family without one fails on that backend.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -130,7 +131,9 @@ class Kit:
         args = ["--model-id", ";".join(str(self.path(n, backend)) for n in names)]
         args += ["--served-model-name", ";".join(names), "--backend", backend]
         # float32 pinned: the references are fp32, whatever auto would pick on this CPU.
-        args += ["--device", "cpu", "--dtype", "float32"]
+        # EMBER_CONFORMANCE_DEVICE=cuda runs the kit on a GPU (its torch rows) by hand.
+        device = os.environ.get("EMBER_CONFORMANCE_DEVICE", "cpu")
+        args += ["--device", device, "--dtype", "float32"]
         args += ["--cache-dir", str(self.root / f"cache-{backend}")]
         server = self._stack.enter_context(start_server(args))
         self._running = (backend, families, server)
