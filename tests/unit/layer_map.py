@@ -165,9 +165,11 @@ class _Imports(ast.NodeVisitor):
             module = ".".join(base + ([node.module] if node.module else []))
         else:
             module = node.module or ""
-        # ``from pkg import sub`` imports the submodule when there is one: both are listed,
-        # and the graph keeps the longest name that is a module.
+        # ``from pkg import sub`` imports the submodule when there is one, and reads it off
+        # ``pkg``: both count as imported (a package's ``__init__`` re-exporting its
+        # submodules then closes a loop with any submodule that imports siblings so).
         self.found += [(f"{module}.{alias.name}", node.lineno) for alias in node.names]
+        self.found.append((module, node.lineno))
 
 
 def scan(source: str, package: str) -> list[tuple[str, int]]:

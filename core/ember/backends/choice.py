@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
-from ember.backends import artifacts
+import ember.backends.artifacts as artifacts
 from ember.backends.registry import REGISTRY
 from ember.models.spec import ResolvedModel
 

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends import artifacts, isolated
+import ember.backends.artifacts as artifacts
+import ember.backends.isolated as isolated
 from ember.backends.base import BackendDefaults, BackendInfo
 from ember.backends.registry import REGISTRY
 from ember.batch import LOGITS, TOKEN_STATES, Outputs, TokenBatch

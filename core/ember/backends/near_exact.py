@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
+import ember.backends.artifacts as artifacts
 from ember import cpu
-from ember.backends import artifacts
 from ember.backends.base import Backend
 from ember.backends.probe_set import PROBE_SIZE, probe_images, probe_pairs, probe_texts
 from ember.models.spec import ResolvedModel

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ember.backends import artifacts
+import ember.backends.artifacts as artifacts
 from ember.backends.neuron_shapes import default_buckets, normalize_buckets
 from ember.defaults import NEURON_AUTO_CAST, NEURON_BATCH_SIZE
 from ember.errors import ConfigError, MissingDependency

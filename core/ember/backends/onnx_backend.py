@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ember.backends import artifacts
+import ember.backends.artifacts as artifacts
 from ember.backends.base import Backend, BackendDefaults, BackendInfo
 from ember.backends.onnx_export import BACKEND, Plan, import_ort, plan_for, prepare
 from ember.backends.onnx_session import ORT_CPU_PADDING, session_plan

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ember.backends import artifacts, isolated
+import ember.backends.artifacts as artifacts
+import ember.backends.isolated as isolated
 from ember.backends.onnx_int8 import cpu_int8_weights, int8_scheme, quantize_int8
 from ember.errors import ConfigError, MissingDependency, one_line
 from ember.models.network import network_class

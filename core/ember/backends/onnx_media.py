@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends import artifacts
+import ember.backends.artifacts as artifacts
 from ember.backends.base import BackendDefaults, BackendInfo
 from ember.backends.onnx_export import Plan, import_ort
 from ember.backends.onnx_media_export import OUTPUT, TOWER_FILES, media_plan, prepare

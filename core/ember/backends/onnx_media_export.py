@@ -30,7 +30,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ember.backends import artifacts, isolated
+import ember.backends.artifacts as artifacts
+import ember.backends.isolated as isolated
 from ember.backends.onnx_export import (
     OPSET,
     WEIGHT_SUFFIXES,

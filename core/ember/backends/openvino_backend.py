@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends import artifacts
+import ember.backends.artifacts as artifacts
 from ember.backends.base import Backend, BackendDefaults, BackendInfo
 from ember.backends.onnx_backend import ORT_CPU_PADDING
 from ember.backends.onnx_export import import_ort, plan_for, prepare

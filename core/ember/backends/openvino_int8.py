@@ -22,7 +22,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ember.backends import artifacts, isolated
+import ember.backends.artifacts as artifacts
+import ember.backends.isolated as isolated
 from ember.errors import MissingDependency
 from ember.models.spec import ResolvedModel
 
