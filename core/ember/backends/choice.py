@@ -148,11 +148,11 @@ def _choose(model: ResolvedModel, accelerator: str | None) -> Choice:
 
 
 def int8_choice(model: ResolvedModel) -> Choice:
-    """``--dtype int8`` on a CPU, the fast tier: OpenVINO's NNCF-quantised graph where the
-    CPU has int8 dot-product units and the model is a text embedder or classifier
-    (``openvino_int8``: 2,048-sentence worst cosine 0.992 for MiniLM, every matmul but
-    the FFN-out ones int8); else ONNX Runtime's dynamic int8 (``onnx_int8``: exact integer
-    kernels on AVX2 too)."""
+    """``--dtype int8`` on a CPU, the fast tier: OpenVINO with int8 weights and activations
+    quantised as it runs where the CPU has int8 dot-product units and the model is a text
+    embedder or classifier (``openvino_int8``: 2,048-sentence worst cosine 0.995 for
+    MiniLM, every matmul int8); else ONNX Runtime's dynamic int8 (``onnx_int8``: exact
+    integer kernels on AVX2 too)."""
     from ember.backends.openvino_backend import INT8, serves
 
     if why_not := serves(model, INT8):

@@ -1,19 +1,24 @@
-"""The fast tier's graph: the onnx backend's fp32 graph quantised to int8 by NNCF for
-OpenVINO (``--dtype int8`` on a CPU with ``ember[openvino]``).
+"""The fast tier's graph: the onnx backend's fp32 graph with int8 weights for OpenVINO
+(``--dtype int8`` on a CPU with ``ember[openvino]``).
 
-Static post-training quantisation (NNCF's transformer preset: int8 weights per channel,
-int8 activations with scales taken once on a fixed calibration set) runs the matmuls on
-the CPU's int8 units (VNNI, AMX-INT8) and everything else at bf16 where the CPU has it
-(``openvino_backend``). One exception, the selection rule: matmuls fed by the FFN's
-activation (GELU) keep their float weights. Measured on all-MiniLM-L6-v2 over the whole
-2,048-sentence anchor corpus (benchmarks/corpus.py) against sentence-transformers fp32,
-on a busy 2-core Zen 4: every matmul int8, worst cosine 0.955 (0.954 with min-max ranges),
-so a per-tensor static scale cannot hold the GELU output's few huge values; those six
-matmuls kept in float, worst 0.992, mean 0.998.
+NNCF compresses every matmul's weights to int8 (symmetric, one scale per output channel);
+at run time OpenVINO's CPU plugin quantises each matmul's activations on the fly, one
+scale per group of ``ACTIVATION_GROUP`` inputs of each token, and multiplies on the CPU's
+int8 units (VNNI, AMX-INT8); the rest runs at bf16 where the CPU has it
+(``openvino_backend``). Nothing is calibrated: scales come from the weights and from each
+batch's own activations, so the FFN's few huge post-GELU values that no static per-tensor
+scale could hold cost nothing here.
 
-Built on first use (a child process: NNCF and its statistics pass stay out of the
-server) and cached under ``--cache-dir``/openvino-int8, keyed by the model's files, the
-calibration set and the library versions.
+Measured on all-MiniLM-L6-v2 over the whole 2,048-sentence anchor corpus
+(benchmarks/corpus.py) against fp32, batches of 32 sorted by length, one stream on the
+2-core Zen 4 (``benchmarks/results/2026-12-04-cpu-int8-schemes.md``): group 128 worst
+cosine 0.99545 at 308 / 272 sent/s (two rounds), group 64 0.99724 at 292 / 253, the
+static NNCF graph this replaced (int8 activations on one calibrated scale per tensor, the
+FFN-out matmuls kept float) 0.99172 at 273 / 264, bf16 0.99996 at 239 / 225.
+
+Built on first use (a child process: NNCF stays out of the server) and cached under
+``--cache-dir``/openvino-int8, keyed by the source graph, the scheme and the library
+versions.
 """
 
 from __future__ import annotations
@@ -30,76 +35,49 @@ from ember.models.spec import ResolvedModel
 log = logging.getLogger(__name__)
 
 MODEL_FILE = "model.xml"
-SCHEME = "nncf-ptq-transformer-mixed,float-ffn-out,calib-probe64-b8"
-# Activations whose output range a per-tensor static int8 scale cannot hold (above).
-_KEEP_FLOAT_AFTER = {"Gelu", "Erf", "Relu", "Swish", "HSwish", "Mish"}
-_CALIBRATION_BATCH = 8
+# Inputs of a token that share one activation scale: 128 divides every hidden and FFN size
+# of the encoders served here (MiniLM 384 / 1536); smaller groups hold tighter (64: worst
+# 0.99724) and run slower (5% at 64).
+ACTIVATION_GROUP = 128
+SCHEME = f"nncf-weights-int8-sym-per-channel,dynamic-activations-g{ACTIVATION_GROUP}"
 
 
-def float_matmuls(ov_model: Any) -> list[str]:
-    """Matmuls fed (through reshapes) by an FFN activation: they stay float."""
-    through = {"Reshape", "Transpose", "Convert", "Squeeze", "Unsqueeze"}
-    keep = []
-    for op in ov_model.get_ordered_ops():
-        if op.get_type_name() != "MatMul":
-            continue
-        src = op.input_value(0).get_node()
-        while src.get_type_name() in through:
-            src = src.input_value(0).get_node()
-        if src.get_type_name() in _KEEP_FLOAT_AFTER:
-            keep.append(op.get_friendly_name())
-    return keep
+def runtime_config() -> dict[str, Any]:
+    """What OpenVINO needs at compile time to quantise activations on the fly."""
+    return {"DYNAMIC_QUANTIZATION_GROUP_SIZE": ACTIVATION_GROUP}
 
 
-def calibration_feeds(model: ResolvedModel, names: set[str]) -> list[dict[str, Any]]:
-    """The fixed calibration set: the near-exact probe's 64 mixed-length texts, tokenised
-    with the model's own processor, in batches of ``_CALIBRATION_BATCH``."""
-    import numpy as np
-
-    from ember.backends.probe_set import probe_texts
-    from ember.processors.text import TextTokenizer, collate
-
-    tokenizer = TextTokenizer(model)
-    tokens = tokenizer.encode(probe_texts())
-    feeds = []
-    for start in range(0, len(tokens), _CALIBRATION_BATCH):
-        batch = collate(tokens[start : start + _CALIBRATION_BATCH], tokenizer.pad_id)
-        arrays = {
-            "input_ids": batch.input_ids,
-            "attention_mask": batch.attention_mask,
-            "token_type_ids": batch.token_type_ids,
-        }
-        feeds.append({k: v.astype(np.int64) for k, v in arrays.items() if k in names})
-    return feeds
+def _unique_names(ov_model: Any) -> None:
+    """Give every op a unique friendly name: OpenVINO's ONNX reader repeats some (a BERT
+    graph's position Gathers), and NNCF's graph builder then loses edges and fails."""
+    for index, op in enumerate(ov_model.get_ordered_ops()):
+        op.set_friendly_name(f"{op.get_friendly_name()}#{index}")
 
 
-def _build(model: ResolvedModel, source: Path, out_dir: Path) -> dict[str, Any]:
-    """Quantise ``source`` (an fp32 ONNX graph) into ``out_dir``/model.xml."""
+def _build(source: Path, out_dir: Path) -> dict[str, Any]:
+    """Compress ``source``'s (an fp32 ONNX graph) matmul weights into ``out_dir``/model.xml."""
     import nncf
     import openvino
 
     ov_model = openvino.Core().read_model(str(source))
-    names = {i.get_any_name() for i in ov_model.inputs}
-    keep = float_matmuls(ov_model)
-    quantised = nncf.quantize(
-        ov_model,
-        nncf.Dataset(calibration_feeds(model, names)),
-        model_type=nncf.ModelType.TRANSFORMER,
-        preset=nncf.QuantizationPreset.MIXED,
-        subset_size=64,
-        ignored_scope=nncf.IgnoredScope(names=keep, validate=False),
+    _unique_names(ov_model)
+    compressed = nncf.compress_weights(ov_model, mode=nncf.CompressWeightsMode.INT8_SYM)
+    openvino.save_model(compressed, str(out_dir / MODEL_FILE), compress_to_fp16=False)
+    weights = sum(
+        1
+        for op in compressed.get_ordered_ops()
+        if op.get_type_name() == "Constant" and op.get_element_type().get_type_name() == "i8"
     )
-    openvino.save_model(quantised, str(out_dir / MODEL_FILE))
-    return {"float_matmuls": len(keep)}
+    return {"int8_weights": weights}
 
 
 def prepare(model: ResolvedModel, source: Path) -> Path:
-    """The int8 IR for ``model`` built from its fp32 ONNX graph ``source`` (cached)."""
+    """The int8-weight IR for ``model`` built from its fp32 ONNX graph ``source`` (cached)."""
     try:
         import nncf  # noqa: F401
     except ImportError as exc:
         raise MissingDependency(
-            "--dtype int8 on openvino quantises with nncf: pip install 'ember[openvino]'"
+            "--dtype int8 on openvino compresses weights with nncf: pip install 'ember[openvino]'"
         ) from exc
     options = {
         "scheme": SCHEME,
@@ -110,9 +88,11 @@ def prepare(model: ResolvedModel, source: Path) -> Path:
     if artifacts.read_manifest(target) is not None and (target / MODEL_FILE).is_file():
         return target / MODEL_FILE
     log.info(
-        "quantising %s to int8 for OpenVINO in %s (first load only)", model.served_name, target
+        "int8 weights for %s, for OpenVINO, in %s (first load only)", model.served_name, target
     )
     with artifacts.staging(target) as tmp:
-        built = isolated.run(_build, model, source, tmp)
+        built = isolated.run(_build, source, tmp)
+        if not built["int8_weights"]:
+            raise RuntimeError(f"nncf left no int8 weight in {source}")
         artifacts.write_manifest(tmp, {"backend": "openvino-int8", "scheme": SCHEME, **built})
     return target / MODEL_FILE
