@@ -16,7 +16,7 @@ import pytest
 
 from benchmarks.corpus import N_SENTENCES, make_sentences
 from ember import cpu
-from ember.backends import choice
+from ember.backends import choice, openvino_int8
 from ember.families.resolve import resolve_model
 from ember.models.spec import ModelSpec, ResolvedModel
 from tests.fixtures.tiny_models import build_tiny_embedder
@@ -72,6 +72,7 @@ def test_the_fast_tier_holds_its_tolerance_over_the_whole_anchor_corpus(
 
     from ember.engine import SyncEngineArray
 
+    host_has_vnni = cpu.int8_dot_product() == "vnni"
     monkeypatch.setattr(cpu, "int8_dot_product", lambda: "vnni")
     texts = make_sentences(N_SENTENCES)
     reference = SentenceTransformer(str(tiny_mean_embedder), device="cpu").encode(
@@ -83,6 +84,16 @@ def test_the_fast_tier_holds_its_tolerance_over_the_whole_anchor_corpus(
         info = ember.engines.engines[0].backend.info  # type: ignore[union-attr]
         assert (info.name, info.dtype) == ("openvino", "int8")
         assert "auto: --dtype int8 on a CPU with int8 dot-product units" in info.details["chosen"]
+        compiled = ember.engines.engines[0].backend.compiled  # type: ignore[union-attr]
+        group = compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")
+        assert group == openvino_int8.ACTIVATION_GROUP
+        if host_has_vnni:  # where the tier really runs: every matmul int8 (not decompressed)
+            matmuls = [
+                op.get_rt_info()["runtimePrecision"].astype(str)
+                for op in compiled.get_runtime_model().get_ordered_ops()
+                if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"
+            ]
+            assert matmuls and set(matmuls) == {"i8"}, matmuls
         got = np.asarray(ember.embed(texts), dtype=np.float64)
     ref = reference / np.linalg.norm(reference, axis=1, keepdims=True)
     cos = (got / np.linalg.norm(got, axis=1, keepdims=True) * ref).sum(axis=1)
