@@ -144,7 +144,8 @@ class OpenVinoBackend(BackendDefaults):
             model.runtime.forward_workers, physical_cores()
         )
         # The engine's CPU budget, not ORT's near-zero one: one stream runs one batch at a
-        # time, and a batch of 2-4 costs 20-35% more per token than one of 8 or more. Served
+        # time, and a batch of 1-4 cost up to a third more per token than one of 8 or more
+        # (int8, 72 tokens: 48-64 against 45-50 us per token). Served
         # in-process (anchor corpus, 4 clients x 32 / 32 x 1, two interleaved rounds, 2-core
         # Zen 4), ORT's budget -> this one: int8 219, 223 -> 257, 256 / 160, 188 -> 206, 218
         # sent/s; bf16 168, 174 -> 184, 200 / 148, 163 -> 178, 161.
