@@ -81,10 +81,11 @@ def test_the_fast_tier_holds_its_tolerance_over_the_whole_anchor_corpus(
     with SyncEngineArray(
         model_id=[str(tiny_mean_embedder)], device="cpu", dtype=["int8"], cache_dir=str(tmp_path)
     ) as ember:
-        info = ember.engines.engines[0].backend.info  # type: ignore[union-attr]
+        backend = ember.engines.engines[0].backend
+        info = backend.info  # type: ignore[union-attr]
         assert (info.name, info.dtype) == ("openvino", "int8")
         assert "auto: --dtype int8 on a CPU with int8 dot-product units" in info.details["chosen"]
-        compiled = ember.engines.engines[0].backend.compiled  # type: ignore[union-attr]
+        compiled = backend.compiled  # type: ignore[union-attr]
         group = compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")
         assert group == openvino_int8.ACTIVATION_GROUP
         if host_has_vnni:  # where the tier really runs: every matmul int8 (not decompressed)
