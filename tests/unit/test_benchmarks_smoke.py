@@ -305,3 +305,45 @@ def test_cache_workload_repeats_a_few_queries_and_is_deterministic() -> None:
     assert queries == cache.workload(1000, 500, 1.1, seed=1)
     counts = sorted((queries.count(q) for q in set(queries)), reverse=True)
     assert len(counts) < 500 and counts[0] > 50 * counts[-1]  # a head and a long tail
+
+
+def test_served_cpu_reads_thread_time_and_splits_it() -> None:
+    """The split's parts: this process's busy thread shows its CPU; threads are grouped by
+    Python name (native runtime workers, unnamed, count as the forward); the report adds up."""
+    import os
+
+    from benchmarks import served_cpu
+
+    pid = os.getpid()
+    stop = time.perf_counter() + 0.3
+    seen: dict[int, float] = {}
+
+    def spin() -> None:  # ~0.3 s of CPU on one thread, read before the thread ends
+        while time.perf_counter() < stop:
+            pass
+        seen.update(served_cpu.thread_cpu_seconds(pid))
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    worker.join(5)
+    assert worker.native_id is not None and seen[worker.native_id] >= 0.15
+    assert seen[threading.main_thread().native_id] >= 0
+
+    names = {11: "MainThread", 12: "fwd-bench_0", 13: "tokenize_1", 14: "uvloop_0"}
+    assert served_cpu.group_of(11, 11, names) == "event loop"
+    assert served_cpu.group_of(12, 11, names) == "forward"
+    assert served_cpu.group_of(15, 11, names) == "forward"  # a native runtime worker
+    assert served_cpu.group_of(13, 11, names) == "tokenize"
+    assert served_cpu.group_of(14, 11, names) == "other"
+    assert served_cpu.group_of(12, 11, None) == "other"  # no py-spy: only the loop is told
+
+    cpu_s = {"event loop": 1.0, "tokenize": 0.5, "forward": 8.0, "other": 0.5}
+    row = {"server": "ember-fast", "threads_named": True, "loads": {"a": {
+        "sent_per_s": 250.0, "wall_s": 5.0, "errors": 0, "server_cores": 2.0,
+        "client_cores": 0.02, "cpu_s": cpu_s,
+        "cpu_ms_per_sentence": {k: v for k, v in cpu_s.items()}}}}  # fmt: skip
+    meta = {"date": "2026-12-04", "cores": 2, "loads": ["a"], "seconds": 5.0,
+            "command": "benchmarks/served_cpu.py",
+            "cpu_kind": {"model_name": "cpu", "key_flags": ["avx2"]}}  # fmt: skip
+    text = served_cpu.markdown({"meta": meta, "rows": [row]})
+    assert "| ember-fast | (a) | 250 | 2.00 | 80% | 10% | 5% | 5% | 0.02 | 8.00 | 2.00 |" in text
