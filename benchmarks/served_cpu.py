@@ -59,7 +59,8 @@ def thread_cpu_seconds(pid: int) -> dict[int, float]:
 
 
 def python_thread_names(pid: int) -> dict[int, str] | None:
-    """Thread id -> Python thread name, from ``py-spy dump``; None without py-spy."""
+    """Thread id -> Python thread name, from ``py-spy dump``; None without py-spy or where it
+    cannot attach."""
     spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if spy is None:
         return None
@@ -69,7 +70,9 @@ def python_thread_names(pid: int) -> dict[int, str] | None:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return {int(m[1]): m[2] for m in re.finditer(r'^Thread (\d+) \([^)]*\): "([^"]*)"', text, re.M)}
+    found = re.finditer(r'^Thread (\d+) \([^)]*\): "([^"]*)"', text, re.M)
+    names = {int(m[1]): m[2] for m in found}
+    return names or None  # py-spy could not read the process (no ptrace): names unknown
 
 
 def group_of(tid: int, pid: int, names: dict[int, str] | None) -> str:

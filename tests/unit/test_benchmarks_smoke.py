@@ -329,6 +329,10 @@ def test_served_cpu_reads_thread_time_and_splits_it() -> None:
     assert worker.native_id is not None and seen[worker.native_id] >= 0.15
     assert seen[threading.main_thread().native_id] >= 0
 
+    # py-spy comes with the bench extra: it names this process's threads as Python does.
+    named = served_cpu.python_thread_names(pid)
+    assert named is not None and named[threading.main_thread().native_id] == "MainThread"
+
     names = {11: "MainThread", 12: "fwd-bench_0", 13: "tokenize_1", 14: "uvloop_0"}
     assert served_cpu.group_of(11, 11, names) == "event loop"
     assert served_cpu.group_of(12, 11, names) == "forward"
