@@ -85,7 +85,8 @@ class ServerSettings(BaseSettings):
     dtype: str | None = _per_model(
         "auto|float32|float16|bfloat16|int8; auto is float16 on CUDA, float32 on CPU (under "
         "--backend auto: bf16 where the CPU has it natively and a probe finds it near-exact); "
-        "int8 on a CPU is the fast tier (openvino where the CPU has VNNI or AMX, else onnx).",
+        "int8 on a CPU is the fast tier (openvino int8 where the CPU has VNNI, its bf16 where "
+        "it has AMX, which runs that faster, else onnx int8).",
         "auto",
     )
     pooling: str | None = _per_model("auto|cls|mean|last|max; auto reads 1_Pooling.", "auto")

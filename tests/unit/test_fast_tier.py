@@ -44,36 +44,58 @@ def _model(path: Path, cache: Path, **spec: object) -> ResolvedModel:
 
 
 @pytest.mark.usefixtures("cpu_host")
-@pytest.mark.parametrize(("unit", "backend"), [("vnni", "openvino"), ("x86", "onnx")])
+@pytest.mark.parametrize(
+    ("unit", "bf16", "backend", "words"),
+    [
+        ("vnni", None, "openvino", "with int8 dot-product units"),
+        ("vnni", "avx512_bf16", "openvino", "with int8 dot-product units"),
+        ("vnni", "amx", "openvino", "with AMX: bfloat16, as bf16 on its AMX tiles outruns int8"),
+        ("x86", None, "onnx", "onnx dynamic int8"),
+    ],
+)
 def test_dtype_int8_selects_the_fast_runtime_for_the_cpu(
     tiny_mean_embedder: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     unit: str,
+    bf16: str | None,
     backend: str,
+    words: str,
 ) -> None:
     """One flag: ``--dtype int8`` goes to OpenVINO's int8 where the CPU has int8 dot-product
-    units, and to ONNX Runtime's dynamic int8 (exact integer kernels) where it has not."""
+    units, to OpenVINO's bf16 where it has AMX (faster there than int8: the reason says so),
+    and to ONNX Runtime's dynamic int8 (exact integer kernels) where it has neither."""
     monkeypatch.setattr(cpu, "int8_dot_product", lambda: unit)
+    monkeypatch.setattr(cpu, "native_bf16", lambda: bf16)
     chosen = choice.choose_backend(_model(tiny_mean_embedder, tmp_path, dtype="int8"))
     assert (chosen.backend, chosen.device) == (backend, "cpu"), chosen.reason
     assert chosen.reason.startswith("--dtype int8 on a CPU")
+    assert words in chosen.reason
     exact = choice.choose_backend(_model(tiny_mean_embedder, tmp_path, dtype="float32"))
     assert exact.backend == "onnx"  # the flag is what selects the tier
 
 
 @pytest.mark.usefixtures("cpu_host")
+@pytest.mark.parametrize(("bf16", "dtype"), [(None, "int8"), ("amx", "bfloat16")])
 def test_the_fast_tier_holds_its_tolerance_over_the_whole_anchor_corpus(
-    tiny_mean_embedder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_mean_embedder: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    bf16: str | None,
+    dtype: str,
 ) -> None:
-    """Served through the engine as a user gets it (`--dtype int8`), every one of the
-    2,048 corpus sentences within cosine 0.99 of fp32 sentence-transformers."""
+    """Served through the engine as a user gets it (`--dtype int8`), on a CPU with VNNI
+    (the int8 graph) and on one with AMX (bf16), every one of the 2,048 corpus sentences
+    within cosine 0.99 of fp32 sentence-transformers."""
     from sentence_transformers import SentenceTransformer
 
     from ember.engine import SyncEngineArray
 
+    # Read before forcing: the kernels OpenVINO picks follow the host, not the readers.
     host_has_vnni = cpu.int8_dot_product() == "vnni"
+    host_has_amx = cpu.native_bf16() == "amx"
     monkeypatch.setattr(cpu, "int8_dot_product", lambda: "vnni")
+    monkeypatch.setattr(cpu, "native_bf16", lambda: bf16)
     texts = make_sentences(N_SENTENCES)
     reference = SentenceTransformer(str(tiny_mean_embedder), device="cpu").encode(
         texts, batch_size=64, convert_to_numpy=True
@@ -83,12 +105,17 @@ def test_the_fast_tier_holds_its_tolerance_over_the_whole_anchor_corpus(
     ) as ember:
         backend = ember.engines.engines[0].backend
         info = backend.info  # type: ignore[union-attr]
-        assert (info.name, info.dtype) == ("openvino", "int8")
-        assert "auto: --dtype int8 on a CPU with int8 dot-product units" in info.details["chosen"]
+        assert (info.name, info.dtype) == ("openvino", dtype)
+        assert "auto: --dtype int8 on a CPU with " in info.details["chosen"]
         compiled = backend.compiled  # type: ignore[union-attr]
-        group = compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")
-        assert group == openvino_int8.ACTIVATION_GROUP
-        if host_has_vnni:  # where the tier really runs: every matmul int8 (not decompressed)
+        if dtype == "bfloat16":
+            assert compiled.get_property("INFERENCE_PRECISION_HINT").to_string() == "bf16"
+        else:
+            group = compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")
+            assert group == openvino_int8.ACTIVATION_GROUP
+        if dtype == "int8" and host_has_vnni and not host_has_amx:
+            # Where the int8 graph really runs: every matmul int8, not widened to bf16 (on
+            # AMX OpenVINO widens them: why the tier serves bf16 there).
             matmuls = [
                 op.get_rt_info()["runtimePrecision"].astype(str)
                 for op in compiled.get_runtime_model().get_ordered_ops()

@@ -151,10 +151,14 @@ def int8_choice(model: ResolvedModel) -> Choice:
     """``--dtype int8`` on a CPU, the fast tier: OpenVINO with int8 weights and activations
     quantised as it runs where the CPU has int8 dot-product units and the model is a text
     embedder or classifier (``openvino_int8``: 2,048-sentence worst cosine 0.995 for
-    MiniLM, every matmul int8); else ONNX Runtime's dynamic int8 (``onnx_int8``: exact
-    integer kernels on AVX2 too)."""
+    MiniLM, every matmul int8), at bf16 on AMX, where that is the faster
+    (``openvino_int8.slower_than_bf16``); else ONNX Runtime's dynamic int8 (``onnx_int8``:
+    exact integer kernels on AVX2 too)."""
     from ember.backends.openvino_backend import INT8, serves
+    from ember.backends.openvino_int8 import slower_than_bf16
 
     if why_not := serves(model, INT8):
         return Choice("onnx", f"--dtype int8 on a CPU: onnx dynamic int8 ({why_not})", "cpu")
+    if why_bf16 := slower_than_bf16():
+        return Choice("openvino", f"--dtype int8 on a CPU with AMX: bfloat16, as {why_bf16}", "cpu")
     return Choice("openvino", "--dtype int8 on a CPU with int8 dot-product units", "cpu")

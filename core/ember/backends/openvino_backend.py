@@ -191,11 +191,14 @@ class OpenVinoBackend(BackendDefaults):
 def load(model: ResolvedModel) -> Backend:
     """The model's float32 ONNX graph (built or cached as the onnx backend does), compiled
     for this CPU at ``model.runtime.dtype``'s precision (bfloat16 or float32), or quantised
-    to int8 weights (``openvino_int8``)."""
+    to int8 weights (``openvino_int8``) except on AMX, where bf16 is the faster
+    (``openvino_int8.slower_than_bf16``) and info's dtype says so."""
     precision = model.runtime.dtype
     check_precision(precision)
     if why_not := serves(model, precision):
         raise ConfigError(f"openvino {precision}: {why_not}")
+    if precision == INT8 and openvino_int8.slower_than_bf16():
+        precision = "bfloat16"  # the fast tier on AMX: faster than int8 and nearer fp32
 
     exact = model.on_backend("onnx", "cpu", "float32")
     plan = plan_for(exact, import_ort().get_available_providers())

@@ -43,6 +43,24 @@ ACTIVATION_GROUP = 128
 SCHEME = f"nncf-weights-int8-sym-per-channel,dynamic-activations-g{ACTIVATION_GROUP}"
 
 
+def slower_than_bf16() -> str | None:
+    """Why the int8 graph would run slower than bf16 on this CPU, in words; None where it is
+    the faster (VNNI without AMX).
+
+    On AMX, OpenVINO's CPU plugin quantises no activation: it widens the int8 weights to
+    bf16 for the AMX-BF16 tiles (``brgemm_avx512_amx_bf16``), so the int8 graph does bf16's
+    work and the widening too. Measured on a 2-core Xeon with AMX, all-MiniLM-L6-v2, the
+    anchor corpus in batches of 32, one stream (``benchmarks/inproc_backends.py``): int8
+    507-527 sent/s at worst cosine 0.99788, bf16 672-676 at 0.99996, and a statically
+    quantised graph that does run on the AMX-INT8 tiles 662 (at MiniLM's width the matmuls
+    are not what bounds a forward there). So the fast tier serves bf16 on AMX."""
+    from ember.cpu import native_bf16
+
+    if native_bf16() == "amx":
+        return "bf16 on its AMX tiles outruns int8 there (OpenVINO widens int8 weights to bf16)"
+    return None
+
+
 def runtime_config() -> dict[str, Any]:
     """What OpenVINO needs at compile time to quantise activations on the fly."""
     return {"DYNAMIC_QUANTIZATION_GROUP_SIZE": ACTIVATION_GROUP}
