@@ -18,10 +18,13 @@ from ember.models.spec import ResolvedModel
 
 @dataclass(frozen=True)
 class PaddingBudget:
-    """Padding a batch may carry: ``tokens``, or ``fraction`` of its padded cost if more."""
+    """Padding a batch may carry: ``tokens``, or ``fraction`` of its padded cost if more.
+    ``packed``: the backend runs a batch's real tokens as one stream (no padding at all),
+    so a batch costs the sum of its items' costs, not count x the longest."""
 
     tokens: int
     fraction: float
+    packed: bool = False
 
     def allows(self, waste: int, padded: int) -> bool:
         return waste <= max(self.tokens, self.fraction * padded)

@@ -1,4 +1,6 @@
-"""PyTorch backend: transformers models with SDPA attention, in inference mode."""
+"""PyTorch backend: transformers models in inference mode, on packed (unpadded) token
+streams with PyTorch's varlen attention where the GPU and architecture allow
+(``ember.backends.torch_varlen``), on padded batches with SDPA elsewhere."""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends.base import Backend, BackendInfo
+from ember.backends import torch_varlen
+from ember.backends.base import Backend, BackendInfo, PaddingBudget
 from ember.backends.torch_placement import (
     _PRELOADED,
     TorchPlacement,
@@ -24,6 +27,9 @@ from ember.models.spec import ResolvedModel
 
 # resolve_device: the device this backend loads on (the GPU check runs through it).
 __all__ = ["TorchBackend", "load", "load_net", "preload_weights", "resolve_device"]
+
+# Packed batches carry no padding: the batcher cuts them by their real tokens alone.
+PACKED = PaddingBudget(tokens=0, fraction=0.0, packed=True)
 
 
 def load_net(model: ResolvedModel, dtype: torch.dtype, attention: str) -> Any:
@@ -68,19 +74,23 @@ class TorchBackend(TorchPlacement):
         attention = self._attention(self.device, self.dtype)
         net = take_preloaded(model, self.dtype) or load_net(model, self.dtype, attention)
         self.net = net.to(self.device).eval()
-        # FlashAttention-2 drops masked positions and pads zeros back: a position masked
-        # from attention but wanted (ColBERT's query expansion) gets no state.
-        self.masked_positions = attention != "flash_attention_2"
         self._call = self.net
         params = inspect.signature(self.net.forward).parameters
         self.takes_token_types = "token_type_ids" in params
         self.output = TOKEN_STATES if model.backbone == "encoder" else LOGITS
+        self.unpadded_reason = self._pack_if_possible()
+        if self.packed:
+            attention = torch_varlen.ATTENTION_NAME
+        # FlashAttention-2 and packed streams drop masked positions: a position masked
+        # from attention but wanted (ColBERT's query expansion) gets no state.
+        self.masked_positions = attention not in ("flash_attention_2", torch_varlen.ATTENTION_NAME)
         self.info = BackendInfo(
             name="torch",
             device=self.device,
             dtype=str(self.dtype).removeprefix("torch."),
             details={
                 "attention": str(getattr(self.net.config, "_attn_implementation", "eager")),
+                "unpadded": "yes" if self.packed else f"no: {self.unpadded_reason}",
                 "forwards": f"{self.parallel_forwards}x{self.threads or 'all'} threads",
                 "compiled": str(model.runtime.torch_compile).lower(),
             },
@@ -105,6 +115,19 @@ class TorchBackend(TorchPlacement):
                 ids[-1, length // 2 :], mask[-1, length // 2 :] = 0, 0
             self.forward(TokenBatch(ids, mask, np.zeros_like(ids)))
 
+    def _pack_if_possible(self) -> str | None:
+        """Switch the network to packed forwards where it can run them; why not, else."""
+        self.packed = False
+        if self.output != TOKEN_STATES:
+            return "the model's own head pools the padded batch (logits)"
+        reason = torch_varlen.unsupported_reason(self.net, self.device, self.dtype)
+        if reason is None:
+            self.net.set_attn_implementation(torch_varlen.register())
+            self.position_offset = torch_varlen.position_offset(self.net)
+            self.padding = PACKED
+            self.packed = True
+        return reason
+
     @staticmethod
     def _attention(device: str, dtype: torch.dtype) -> str:
         """flash-attn on CUDA in half precision when installed: transformers then unpads the
@@ -118,6 +141,8 @@ class TorchBackend(TorchPlacement):
 
     def forward(self, batch: TokenBatch) -> Outputs:
         self._thread_setup()
+        if self.packed and not torch_varlen.has_holes(batch.attention_mask):
+            return self._forward_packed(batch)
         with torch.inference_mode():
             ids = torch.from_numpy(batch.input_ids).to(self.device, non_blocking=True)
             mask = torch.from_numpy(batch.attention_mask).to(self.device, non_blocking=True)
@@ -132,6 +157,22 @@ class TorchBackend(TorchPlacement):
             out = self._call(**kwargs)
             result = out.last_hidden_state if self.output == TOKEN_STATES else out.logits
             return {self.output: result.float().cpu().numpy()}
+
+    def _forward_packed(self, batch: TokenBatch) -> Outputs:
+        """The batch's real tokens as one stream; states scattered back to the padded
+        layout on the device, so heads see what a padded forward gives them."""
+        packed = torch_varlen.pack(batch, self.position_offset)
+        with torch.inference_mode():
+            kwargs = torch_varlen.packed_inputs(packed, self.device, pinned=self.device == "cuda")
+            if not self.takes_token_types:
+                del kwargs["token_type_ids"]
+            if batch.adapter is not None:
+                kwargs["adapter_mask"] = torch.full(
+                    (1,), batch.adapter, dtype=torch.int32, device=self.device
+                )
+            stream = self._call(**kwargs).last_hidden_state[0]
+            states = torch_varlen.unpack(stream, packed)
+            return {TOKEN_STATES: states.float().cpu().numpy()}
 
 
 def load(model: ResolvedModel) -> Backend:
