@@ -160,11 +160,14 @@ async def run_load(
     warmup: Sequence[Request] = (),
     request_timeout_s: float = 60.0,
     headers: dict[str, str] | None = None,
+    cycle: bool = False,
 ) -> LoadResult:
     """Send ``requests`` with ``concurrency`` in flight; stop early at ``time_limit_s``.
 
     Warm-up requests go first, one at a time, and are not counted. Throughput is items
     (and tokens) of successful requests over the wall time of the measured phase.
+    ``cycle``: send ``requests`` round and round until ``time_limit_s`` (a load held for a
+    time, from a few distinct bodies serialised once).
     """
     check_loopback(base_url)
     result = LoadResult(name=name, concurrency=concurrency, planned=len(requests))
@@ -205,6 +208,8 @@ async def run_load(
                     req, body = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
+                if cycle:
+                    queue.put_nowait((req, body))
                 result.sent += 1
                 t0 = time.perf_counter()
                 try:
