@@ -415,7 +415,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['model']}; dtype {result['dtype']}; {result['seconds']} s per load after "
         f"{result['warmup_seconds']} s of warm-up; client: loadgen in "
         f"{result['client_procs']} processes. Measured GEMM (bf16 on CUDA, fp32 on CPU) "
-        f"{result['gemm_tflops']:.3g} TFLOP/s; data-sheet peak {f.get('peak_bf16_tflops') or '-'} TFLOP/s.",
+        f"{result['gemm_tflops']:.3g} TFLOP/s; data-sheet peak "
+        f"{f.get('peak_bf16_tflops') or '-'} TFLOP/s.",
         "",
         "| server | load | status | tokens/s | inputs/s | req/s | p50 ms | p99 ms | GPU busy "
         "| TFLOP/s | of GEMM | of peak | tokenize / queue / forward / serialize ms |",
