@@ -185,7 +185,7 @@ def test_a_packed_forward_gives_each_row_its_padded_forwards_states(name: str) -
         net.set_attn_implementation(torch_varlen.register())
         assert net.config._attn_implementation == torch_varlen.ATTENTION_NAME
         packed = torch_varlen.pack(batch, torch_varlen.position_offset(net))
-        kwargs = torch_varlen.packed_inputs(packed, "cpu", pinned=False)
+        kwargs = torch_varlen.packed_inputs(packed, torch.from_numpy)
         if not takes_types:
             del kwargs["token_type_ids"]
         stream = net(**kwargs).last_hidden_state[0]

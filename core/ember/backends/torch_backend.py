@@ -141,14 +141,25 @@ class TorchBackend(TorchPlacement):
 
     def forward(self, batch: TokenBatch) -> Outputs:
         self._thread_setup()
-        if self.packed and not torch_varlen.has_holes(batch.attention_mask):
-            return self._forward_packed(batch)
+        with self._stream():
+            if self.packed and not torch_varlen.has_holes(batch.attention_mask):
+                return self._forward_packed(batch)
+            return self._forward_padded(batch)
+
+    def _put(self, array: np.ndarray) -> Any:
+        """A host array on the device: through page-locked memory, asynchronously, on CUDA."""
+        tensor = torch.from_numpy(array)
+        if self.device == "cuda":
+            return tensor.pin_memory().to(self.device, non_blocking=True)
+        return tensor.to(self.device)
+
+    def _forward_padded(self, batch: TokenBatch) -> Outputs:
         with torch.inference_mode():
-            ids = torch.from_numpy(batch.input_ids).to(self.device, non_blocking=True)
-            mask = torch.from_numpy(batch.attention_mask).to(self.device, non_blocking=True)
+            ids = self._put(batch.input_ids)
+            mask = self._put(batch.attention_mask)
             kwargs = {"input_ids": ids, "attention_mask": mask}
             if self.takes_token_types:
-                kwargs["token_type_ids"] = torch.from_numpy(batch.token_type_ids).to(self.device)
+                kwargs["token_type_ids"] = self._put(batch.token_type_ids)
             if batch.adapter is not None:  # the model's own LoRA task adapter, every row
                 rows = (ids.shape[0],)
                 kwargs["adapter_mask"] = torch.full(
@@ -163,7 +174,7 @@ class TorchBackend(TorchPlacement):
         layout on the device, so heads see what a padded forward gives them."""
         packed = torch_varlen.pack(batch, self.position_offset)
         with torch.inference_mode():
-            kwargs = torch_varlen.packed_inputs(packed, self.device, pinned=self.device == "cuda")
+            kwargs = torch_varlen.packed_inputs(packed, self._put)
             if not self.takes_token_types:
                 del kwargs["token_type_ids"]
             if batch.adapter is not None:

@@ -3,6 +3,7 @@ model's settings resolve to, the CPU forward plan, and networks preloaded on the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from typing import Any
@@ -58,6 +59,10 @@ def cpu_has_native_bf16() -> bool:
         return False
 
 
+# Forward passes at once on a GPU (``--forward-workers`` overrides): one computes while the
+# other's host work (collate, copies, heads) runs.
+CUDA_FORWARDS = 2
+
 # Networks loaded ahead on the CPU (``preload_weights``), by model directory and dtype.
 _PRELOADED: dict[tuple[str, str], Any] = {}
 
@@ -79,6 +84,11 @@ class TorchPlacement(BackendDefaults):
         # (barrier stalls under contention: ember.cpu.cpu_forward_plan). GPU: one.
         self.parallel_forwards, self.threads = 1, 0
         self._thread_state = threading.local()
+        if self.device == "cuda":
+            # Two forwards in flight, each thread on a CUDA stream of its own: while one
+            # waits for its outputs to come back (the GIL released), the other collates,
+            # copies in and launches, so the GPU does not idle through host-side work.
+            self.parallel_forwards = model.runtime.forward_workers or CUDA_FORWARDS
         if self.device == "cpu":
             configure_cpu_threads()
             self.parallel_forwards, self.threads = cpu_forward_plan(model.runtime.forward_workers)
@@ -93,6 +103,15 @@ class TorchPlacement(BackendDefaults):
         if self.threads and getattr(self._thread_state, "threads", 0) != self.threads:
             torch.set_num_threads(self.threads)
             self._thread_state.threads = self.threads
+
+    def _stream(self) -> contextlib.AbstractContextManager[Any]:
+        """This forward thread's own CUDA stream (made once per thread); nothing on CPU."""
+        if self.device != "cuda":
+            return contextlib.nullcontext()
+        stream = getattr(self._thread_state, "stream", None)
+        if stream is None:
+            stream = self._thread_state.stream = torch.cuda.Stream()
+        return torch.cuda.stream(stream)
 
     def close(self) -> None:
         self.net = None

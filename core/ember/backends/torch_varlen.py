@@ -252,17 +252,9 @@ def register() -> str:
     return ATTENTION_NAME
 
 
-def packed_inputs(packed: PackedBatch, device: str, pinned: bool) -> dict[str, Any]:
-    """The keywords a transformers model takes for one packed forward, on ``device``
-    (``pinned``: the host arrays are copied through page-locked memory, asynchronously)."""
-    import torch
-
-    def put(array: np.ndarray) -> Any:
-        tensor = torch.from_numpy(array)
-        if pinned:
-            tensor = tensor.pin_memory()
-        return tensor.to(device, non_blocking=pinned)
-
+def packed_inputs(packed: PackedBatch, put: Callable[[np.ndarray], Any]) -> dict[str, Any]:
+    """The keywords a transformers model takes for one packed forward; ``put`` moves a host
+    array to the device (the backend's: through page-locked memory on CUDA)."""
     cu = put(packed.cu_seqlens)
     return {
         "input_ids": put(packed.ids)[None],
