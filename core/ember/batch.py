@@ -43,7 +43,8 @@ class TokenBatch:
     wants outputs for (ColBERT's query expansion). ``keep`` is, per row, the positions a
     multi-vector output keeps when not all of them (ColBERT's document skiplist).
     ``pool_from`` is, per row, the positions before it a dense head leaves out of pooling
-    (a prompt's, for a Pooling with ``include_prompt: false``). ``part`` is the part every
+    (a prompt's, for a Pooling with ``include_prompt: false``); ``reduce`` the pooling a
+    backend may apply itself (below). ``part`` is the part every
     row of the batch takes of a model made of parts (``Facts.parts``: a Router's route; None:
     the model is one network), and ``adapter`` the LoRA task adapter (a remote-code model's
     ``adapter_mask``; None: none). Backends read only the three arrays (one of parts, the
@@ -58,6 +59,11 @@ class TokenBatch:
     pool_from: np.ndarray | None = None
     part: str | None = None
     adapter: int | None = None  # the LoRA task adapter every row takes (None: the base)
+    # The one pooling ("cls", "mean", "last", "max") every row's head applies over all its
+    # attended tokens, when that is so; a backend may then return TOKEN_STATES already
+    # pooled, as [rows, 1, hidden] with an ATTENTION of ones [rows, 1], which the head pools
+    # into itself (a GPU sends back one vector per row instead of every token's).
+    reduce: str | None = None
 
     def row_lengths(self) -> np.ndarray:
         if self.lengths is not None:

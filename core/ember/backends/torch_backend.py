@@ -19,6 +19,7 @@ from ember.backends.torch_placement import (
     take_preloaded,
     torch,
 )
+from ember.backends.torch_reduce import reduce_padded, reduce_stream, reduced_outputs
 from ember.batch import LOGITS, TOKEN_STATES, Outputs, TokenBatch
 from ember.capabilities import MEDIA_BACKBONES
 from ember.errors import MissingDependency
@@ -79,6 +80,9 @@ class TorchBackend(TorchPlacement):
         self.takes_token_types = "token_type_ids" in params
         self.output = TOKEN_STATES if model.backbone == "encoder" else LOGITS
         self.unpadded_reason = self._pack_if_possible()
+        # Pool on the GPU what a dense head would pool (TokenBatch.reduce): the copy back
+        # and the host's pooling shrink to a vector per row. On the CPU the head pools.
+        self.reduce_on_device = self.device == "cuda"
         if self.packed:
             attention = torch_varlen.ATTENTION_NAME
         # FlashAttention-2 and packed streams drop masked positions: a position masked
@@ -166,8 +170,11 @@ class TorchBackend(TorchPlacement):
                     rows, batch.adapter, dtype=torch.int32, device=self.device
                 )
             out = self._call(**kwargs)
-            result = out.last_hidden_state if self.output == TOKEN_STATES else out.logits
-            return {self.output: result.float().cpu().numpy()}
+            if self.output != TOKEN_STATES:
+                return {self.output: out.logits.float().cpu().numpy()}
+            if batch.reduce is not None and self.reduce_on_device:
+                return reduced_outputs(reduce_padded(out.last_hidden_state, mask, batch.reduce))
+            return {TOKEN_STATES: out.last_hidden_state.float().cpu().numpy()}
 
     def _forward_packed(self, batch: TokenBatch) -> Outputs:
         """The batch's real tokens as one stream; states scattered back to the padded
@@ -182,6 +189,9 @@ class TorchBackend(TorchPlacement):
                     (1,), batch.adapter, dtype=torch.int32, device=self.device
                 )
             stream = self._call(**kwargs).last_hidden_state[0]
+            if batch.reduce is not None and self.reduce_on_device:
+                cu = kwargs["cu_seq_lens_q"]
+                return reduced_outputs(reduce_stream(stream, cu, batch.reduce))
             states = torch_varlen.unpack(stream, packed)
             return {TOKEN_STATES: states.float().cpu().numpy()}
 

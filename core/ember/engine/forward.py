@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ember.backends.base import Backend
-from ember.batch import Features, Tokens
+from ember.batch import Features, TokenBatch, Tokens
 from ember.capabilities import Output
 from ember.cpu import lower_thread_priority
 from ember.heads.base import Head
@@ -45,8 +45,12 @@ def run_batch(
 ) -> Sequence[Row]:
     """One batch on a forward thread: collate, forward, and each row's head."""
     batch = processor.collate([p.features for p in pieces])  # type: ignore[arg-type]
-    outputs = backend.forward(batch)
     first = pieces[0].output
+    if isinstance(batch, TokenBatch) and all(p.output == first for p in pieces):
+        reduction = getattr(heads[first], "reduction", None)  # dense heads have one
+        if reduction is not None and (mode := reduction(batch)) is not None:
+            batch = replace(batch, reduce=mode)
+    outputs = backend.forward(batch)
     if all(p.output == first for p in pieces):
         return heads[first].split(outputs, batch, range(len(pieces)))
     results: list[Any] = [None] * len(pieces)  # every slot is filled below

@@ -14,6 +14,10 @@ from ember.heads.base import attention, select
 from ember.heads.pooling import pool_modes
 from ember.models.spec import Pooling
 
+# Poolings a backend may apply before the head (``TokenBatch.reduce``): each gives one
+# vector per row that the same pooling over that one position returns unchanged.
+DEVICE_POOLINGS = ("cls", "mean", "last", "max")
+
 # sentence-transformers Dense activations (torch.nn classes), applied in numpy.
 ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "Identity": lambda x: x,
@@ -53,6 +57,15 @@ class DenseHead:
     include_prompt: bool = True
     projections: tuple[Projection, ...] = ()
     output: Literal["dense"] = "dense"
+
+    def reduction(self, batch: TokenBatch) -> str | None:
+        """The one pooling this head applies over every attended token of ``batch``'s rows,
+        which a backend may apply itself (``TokenBatch.reduce``); None: it needs them all."""
+        if not isinstance(self.pooling, str) or self.pooling not in DEVICE_POOLINGS:
+            return None
+        if not self.include_prompt and batch.pool_from is not None:
+            return None
+        return self.pooling
 
     def split(
         self, outputs: dict[str, np.ndarray], batch: TokenBatch, rows: Sequence[int]
