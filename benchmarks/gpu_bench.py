@@ -31,20 +31,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "core"), str(REPO)]
 
+from benchmarks.device_model import BGE_BASE  # noqa: E402
 from benchmarks.flops import ModelShape, model_shape  # noqa: E402
 from ember.backends.base import Backend  # noqa: E402
 from ember.batch import TokenBatch, Tokens  # noqa: E402
 from ember.engine.batcher import WorkItem, padding_budget_for, take_batch  # noqa: E402
 from ember.processors.text import collate  # noqa: E402
 
-BGE_BASE = {
-    "vocab_size": 30522,
-    "hidden_size": 768,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 12,
-    "intermediate_size": 3072,
-    "max_position_embeddings": 512,
-}
 TINY = {
     **BGE_BASE,
     "hidden_size": 64,
