@@ -158,10 +158,12 @@ def varlen_kernel() -> Callable[..., Any] | None:
 
 
 @lru_cache(maxsize=1)
-def _kernel_takes_window() -> bool:
-    """2.10 took ``is_causal``; 2.11 and later take ``window_size`` (left, right)."""
+def _kernel_takes() -> frozenset[str]:
+    """The keywords this PyTorch's kernel takes: 2.10 took ``is_causal``, later releases
+    ``window_size`` (left, right); some take ``enable_gqa`` for fewer key/value heads (the
+    FlashAttention kernel itself runs grouped heads either way)."""
     kernel = varlen_kernel()
-    return kernel is not None and "window_size" in inspect.signature(kernel).parameters
+    return frozenset(inspect.signature(kernel).parameters) if kernel is not None else frozenset()
 
 
 def _window(causal: bool, sliding_window: int | None) -> tuple[int, int]:
@@ -193,10 +195,11 @@ def varlen_attention(
     if q.is_cuda:
         kernel = varlen_kernel()
         assert kernel is not None  # unsupported_reason checked it at load
+        takes = _kernel_takes()
         extra: dict[str, Any] = {"scale": scaling}
-        if k.shape[1] != q.shape[1]:
+        if k.shape[1] != q.shape[1] and "enable_gqa" in takes:
             extra["enable_gqa"] = True
-        if _kernel_takes_window():
+        if "window_size" in takes:
             extra["window_size"] = window
         elif sliding_window:
             raise RuntimeError("sliding-window attention needs PyTorch >= 2.11 packed")
