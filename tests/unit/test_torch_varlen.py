@@ -71,104 +71,55 @@ def test_a_mask_with_holes_is_told_apart() -> None:
     assert not torch_varlen.has_holes(np.array([[1, 1, 0], [1, 0, 0]]))
 
 
-def _bert() -> tuple[object, int]:
-    from transformers import BertConfig, BertModel
-
-    config = BertConfig(
-        vocab_size=60,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        type_vocab_size=2,
-    )
-    return BertModel(config, add_pooling_layer=False), 60
-
-
-def _xlm_roberta() -> tuple[object, int]:
-    from transformers import XLMRobertaConfig, XLMRobertaModel
-
-    config = XLMRobertaConfig(
-        vocab_size=60,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        pad_token_id=1,
-        type_vocab_size=1,
-    )
-    return XLMRobertaModel(config, add_pooling_layer=False), 60
-
-
-def _modernbert() -> tuple[object, int]:
-    from transformers import ModernBertConfig, ModernBertModel
-
-    config = ModernBertConfig(
-        vocab_size=60,
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=48,
-        max_position_embeddings=64,
-        local_attention=8,  # a sliding window of 4 each side: rows of 13 and 20 cross it
-        global_attn_every_n_layers=3,
-        pad_token_id=0,
-    )
-    return ModernBertModel(config), 60
+SMALL = {"vocab_size": 60, "hidden_size": 32, "max_position_embeddings": 64}
+# name -> (transformers config class, model class, config, model keywords): each scaled down
+# but keeping what packing must get right.
+NETWORKS: dict[str, tuple[str, str, dict[str, object], dict[str, object]]] = {
+    "bert": (  # token types
+        "BertConfig", "BertModel",
+        {"num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
+         "type_vocab_size": 2},
+        {"add_pooling_layer": False},
+    ),
+    "xlm-roberta": (  # positions from padding_idx + 1
+        "XLMRobertaConfig", "XLMRobertaModel",
+        {"num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
+         "pad_token_id": 1, "type_vocab_size": 1},
+        {"add_pooling_layer": False},
+    ),
+    "modernbert": (  # rotary; a sliding window of 4 each side, crossed by rows of 13 and 20
+        "ModernBertConfig", "ModernBertModel",
+        {"num_hidden_layers": 3, "num_attention_heads": 4, "intermediate_size": 48,
+         "local_attention": 8, "global_attn_every_n_layers": 3, "pad_token_id": 0},
+        {},
+    ),
+    "qwen3": (  # causal, grouped key/value heads
+        "Qwen3Config", "Qwen3Model",
+        {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "head_dim": 8, "intermediate_size": 48},
+        {},
+    ),
+    "gemma3": (  # bidirectional sliding window, one key/value head
+        "Gemma3TextConfig", "Gemma3TextModel",
+        {"intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 2,
+         "num_key_value_heads": 1, "head_dim": 16, "query_pre_attn_scalar": 16,
+         "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 5,
+         "use_bidirectional_attention": True, "pad_token_id": 0},
+        {},
+    ),
+}  # fmt: skip
 
 
-def _qwen3() -> tuple[object, int]:
-    from transformers import Qwen3Config, Qwen3Model
-
-    config = Qwen3Config(
-        vocab_size=60,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # grouped key/value heads
-        head_dim=8,
-        intermediate_size=48,
-        max_position_embeddings=64,
-    )
-    return Qwen3Model(config), 60
-
-
-def _gemma3() -> tuple[object, int]:
-    from transformers import Gemma3TextConfig, Gemma3TextModel
-
-    config = Gemma3TextConfig(
-        vocab_size=60,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        query_pre_attn_scalar=16,
-        layer_types=["sliding_attention", "full_attention"],
-        sliding_window=5,
-        use_bidirectional_attention=True,
-        max_position_embeddings=64,
-        pad_token_id=0,
-    )
-    return Gemma3TextModel(config), 60
-
-
-NETWORKS = {
-    "bert": _bert,
-    "xlm-roberta": _xlm_roberta,
-    "modernbert": _modernbert,
-    "qwen3": _qwen3,
-    "gemma3": _gemma3,
-}
+def _network(name: str) -> tuple[object, int]:
+    config_class, model_class, config, extra = NETWORKS[name]
+    config_type = getattr(transformers, config_class)
+    return getattr(transformers, model_class)(config_type(**SMALL, **config), **extra), 60
 
 
 @pytest.mark.parametrize("name", sorted(NETWORKS))
 def test_a_packed_forward_gives_each_row_its_padded_forwards_states(name: str) -> None:
     torch.manual_seed(0)
-    net, vocab = NETWORKS[name]()
+    net, vocab = _network(name)
     net.set_attn_implementation("sdpa")
     net.eval()
     batch = _batch(LENGTHS, vocab)
@@ -201,14 +152,14 @@ def test_a_packed_forward_gives_each_row_its_padded_forwards_states(name: str) -
 
 
 def test_roberta_rows_count_positions_from_padding_idx_plus_one() -> None:
-    net, _ = _xlm_roberta()
+    net, _ = _network("xlm-roberta")
     assert torch_varlen.position_offset(net) == 2
-    bert, _ = _bert()
+    bert, _ = _network("bert")
     assert torch_varlen.position_offset(bert) == 0
 
 
 def test_the_cpu_stays_padded_and_says_why() -> None:
-    net, _ = _bert()
+    net, _ = _network("bert")
     reason = torch_varlen.unsupported_reason(net, "cpu", torch.float32)
     assert reason == "packed forwards run on CUDA (padded SDPA elsewhere)"
 
