@@ -93,7 +93,8 @@ def test_the_fast_tier_holds_its_tolerance_over_the_whole_anchor_corpus(
 
     # Read before forcing: the kernels OpenVINO picks follow the host, not the readers.
     host_has_vnni = cpu.int8_dot_product() == "vnni"
-    host_has_amx = cpu.native_bf16() == "amx"
+    host_bf16 = cpu.native_bf16()
+    host_has_amx = host_bf16 == "amx"
     monkeypatch.setattr(cpu, "int8_dot_product", lambda: "vnni")
     monkeypatch.setattr(cpu, "native_bf16", lambda: bf16)
     texts = make_sentences(N_SENTENCES)
@@ -109,7 +110,10 @@ def test_the_fast_tier_holds_its_tolerance_over_the_whole_anchor_corpus(
         assert "auto: --dtype int8 on a CPU with " in info.details["chosen"]
         compiled = backend.compiled  # type: ignore[union-attr]
         if dtype == "bfloat16":
-            assert compiled.get_property("INFERENCE_PRECISION_HINT").to_string() == "bf16"
+            # asked for bf16; OpenVINO computes it only where the host has the units (the
+            # AMX here is faked), f32 elsewhere
+            hint = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+            assert hint == ("bf16" if host_bf16 else "f32")
         else:
             group = compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")
             assert group == openvino_int8.ACTIVATION_GROUP
