@@ -44,7 +44,7 @@ def _check_serves(model: ResolvedModel, name: str) -> None:
 def load_backend(model: ResolvedModel) -> Backend:
     # Imported here, not above: ember.config reads the registry through this package,
     # and the chooser reads artifacts, which read ember.config.
-    from ember.backends.choice import AUTO, choose_backend
+    from ember.backends.choice import AUTO, choose_backend, torch_installed
 
     if model.family.load is not None:  # a model made of parts, each on its own backend
         return model.family.load(model, load_backend)
@@ -59,6 +59,8 @@ def load_backend(model: ResolvedModel) -> Backend:
     except Exception as exc:
         if choice.backend == "torch" or choice.exported or choice.only:
             raise
+        if choice.backend == "onnx" and not torch_installed():
+            raise  # torch is not there to fall back on: the failure itself is the news
         # What auto picked for speed failed where another may not: serve, and say why
         # (the int8 fast tier falls back to onnx's int8, as torch has none).
         fallback = "onnx" if choice.backend == "openvino" else "torch"
@@ -72,8 +74,10 @@ def load_backend(model: ResolvedModel) -> Backend:
         )
         reason = f"{reason}, but {choice.backend} failed ({failure}), so {fallback}"
         backend = _load(fallback, model.on_backend(fallback))
-    if choice.exported or choice.only:
+    if choice.only or (choice.exported and choice.backend != "onnx"):
         return _report(backend, reason)
+    # An `ember export --backend onnx` float32 graph is the reference the near-exact check
+    # compares with, as a graph auto builds is: it gets the same default per CPU.
     from ember.backends.near_exact import settle
 
     backend, precision = settle(model, backend)

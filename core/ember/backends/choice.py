@@ -78,8 +78,26 @@ def accelerator_visible() -> str | None:
     return None
 
 
+def installed(name: str) -> bool:
+    """Whether ``name`` can be found, without importing it. A finder that refuses the name
+    (an environment that blocks a package, as the torch-free tests do) counts as absent."""
+    try:
+        return find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def onnxruntime_installed() -> bool:
-    return find_spec("onnxruntime") is not None and find_spec("onnx") is not None
+    return installed("onnxruntime") and installed("onnx")
+
+
+def torch_installed() -> bool:
+    """torch and transformers both: the torch backend and the ONNX exporter need them."""
+    return installed("torch") and installed("transformers")
+
+
+# What a torch-free install adds to serve graphs on a CPU (pyproject's `cpu` extra).
+CPU_EXTRA = "pip install 'ember[cpu]'"
 
 
 def exported_backend(path: Path) -> str | None:
@@ -140,7 +158,7 @@ def _choose(model: ResolvedModel, accelerator: str | None) -> Choice:
     if runtime.trust_remote_code:
         return Choice("torch", "remote-code models may not export to ONNX")
     if not onnxruntime_installed():
-        return Choice("torch", "onnxruntime is not installed (pip install 'ember[onnx]')")
+        return Choice("torch", f"onnxruntime and onnx are not installed ({CPU_EXTRA})")
     if runtime.dtype == "int8":
         return int8_choice(model)
     # Pinned: onnxruntime-gpu lists its CUDA provider even where no GPU is attached.

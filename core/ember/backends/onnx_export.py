@@ -44,7 +44,10 @@ from ember.models.spec import ResolvedModel
 
 log = logging.getLogger(__name__)
 
-MISSING = "the onnx backend needs onnxruntime and onnx: pip install 'ember[onnx]'"
+MISSING = (
+    "the onnx backend needs onnxruntime and onnx: pip install 'ember[cpu]' "
+    "(torch-free; 'ember[export]' converts models that ship no graph)"
+)
 BACKEND = "onnx"
 MODEL_FILE = "model.onnx"
 # Bump when the export/optimise/quantise code changes what it writes: old caches miss.
@@ -413,6 +416,20 @@ def export(model: ResolvedModel, out_dir: Path, progress: Progress | None = None
     return out_dir
 
 
+def require_exporter(model: ResolvedModel) -> None:
+    """Refuse, in one line naming the install, converting a model that ships no graph
+    where the exporter (torch, transformers) is not installed: a torch-free install
+    (``ember[cpu]``) serves graphs, it does not make them."""
+    from ember.backends.choice import torch_installed
+
+    if not torch_installed():
+        raise MissingDependency(
+            f"model {model.served_name!r} ships no ONNX graph (model.onnx or onnx/model.onnx) "
+            "and converting it needs torch and transformers: pip install 'ember[export]', or "
+            "run `ember export --backend onnx` where they are installed and serve that directory"
+        )
+
+
 def _exported(model: ResolvedModel) -> tuple[Path | None, dict[str, Any] | None]:
     """The model directory's own graph, and its manifest if ``ember export`` wrote it."""
     source = find_onnx(model.path)
@@ -444,6 +461,8 @@ def prepare(model: ResolvedModel, plan: Plan, progress: Progress | None = None) 
     if plan.dtype == "int8":
         source = prepare(model, replace(plan, dtype="float32"), progress)
         fused_source = True
+    elif source is None:
+        require_exporter(model)
     say(f"building ONNX artifact for {model.served_name} in {target} (first load only)")
     with artifacts.staging(target) as tmp:
         isolated.run(_build, model, plan, tmp, say, source, fused_source)
