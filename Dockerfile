@@ -79,7 +79,7 @@ RUN case "$DEVICE" in \
         echo "warning: DEVICE=cuda on TORCH_WHEEL=cpu: no CUDA libraries unless the base has them" >&2; fi
 
 # Ember last, without dependencies (all installed above): editing core/ rebuilds from here.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY core core
 RUN pip install --no-deps -c /tmp/constraints.txt . && ember --version
 
@@ -115,4 +115,16 @@ STOPSIGNAL SIGTERM
 # is up). EMBER_PORT moves it with the server.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
     CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/ready' % os.environ.get('EMBER_PORT', '7997'), timeout=4)"]
+# OCI labels, what registries and scanners read. The release workflow
+# (.github/workflows/release.yml) passes VERSION (the tag), REVISION (the commit) and SOURCE
+# (the repository); declared last, so a new version rebuilds no layer.
+ARG VERSION=0.1.0
+ARG REVISION=""
+ARG SOURCE=""
+LABEL org.opencontainers.image.title="ember" \
+      org.opencontainers.image.description="Ember: embeddings, reranking and classification behind OpenAI-, Cohere- and TEI-compatible routes" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 ENTRYPOINT ["ember", "serve"]
