@@ -59,20 +59,22 @@ install-serve: $(SERVE_STAMP)
 serve: $(if $(wildcard $(STAMP)),$(STAMP),$(SERVE_STAMP))
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-0} $(BIN)/ember serve --port $(PORT)
 
-# The image tests (tests/platforms/test_images.py) wait mostly on pip downloads and the disk,
-# the rest of the suite on the CPU: they run beside it, in their own pytest, and either one
-# failing fails `make test` (the images' report follows the suite's).
+# The image tests (tests/platforms/test_images.py) and the release test's clean venv
+# (tests/platforms/test_release.py) wait mostly on pip downloads and the disk, the rest of
+# the suite on the CPU: they run beside it, in their own pytest, and either one failing
+# fails `make test` (their report follows the suite's).
 IMAGES_LOG ?= $(VENV)/images-tests.log
+BESIDE := tests/platforms/test_images.py tests/platforms/test_release.py
 
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 \
-	    tests/platforms/test_images.py > $(IMAGES_LOG) 2>&1 & images=$$!; \
+	    $(BESIDE) > $(IMAGES_LOG) 2>&1 & images=$$!; \
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 \
-	    --ignore=tests/platforms/test_images.py; suite=$$?; \
+	    $(addprefix --ignore=,$(BESIDE)); suite=$$?; \
 	wait $$images; built=$$?; \
-	echo "== tests/platforms/test_images.py (beside the suite)"; cat $(IMAGES_LOG); \
+	echo "== $(BESIDE) (beside the suite)"; cat $(IMAGES_LOG); \
 	test $$suite -eq 0 && test $$built -eq 0
 
 lint: $(STAMP)

@@ -176,11 +176,15 @@ def build(
     *,
     context: Path = REPO,
     build_args: Mapping[str, str] | None = None,
+    target: str | None = None,
     timeout: float = BUILD_TIMEOUT,
 ) -> Built:
     """``podman build`` as ``docker build`` would run it, in Docker's image format (OCI
-    drops HEALTHCHECK). Raises BuildFailed with the build's output tail."""
+    drops HEALTHCHECK), of ``target`` (a stage) where named. Raises BuildFailed with the
+    build's output tail."""
     args = ["build", "--format", "docker", "--network", "host", "-f", str(dockerfile), "-t", tag]
+    if target:
+        args += ["--target", target]
     for volume in build_volumes():
         args += ["-v", volume]
     for key, value in (build_args or {}).items():

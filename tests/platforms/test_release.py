@@ -109,7 +109,7 @@ def test_the_release_workflow_passes_actionlint_and_builds_what_exists() -> None
     targets = {row["target"] for row in jobs["images"]["strategy"]["matrix"]["include"]}
     assert targets == {"cpu", "cuda"} and targets <= stages, (targets, stages)
     build = next(s for s in jobs["images"]["steps"] if "build-push-action" in s.get("uses", ""))
-    passed = {line.split("=")[0] for line in build["with"]["build-args"].split()}
+    passed = {line.split("=")[0] for line in build["with"]["build-args"].splitlines()}
     assert passed == {"VERSION", "REVISION", "SOURCE"}
     assert jobs["pypi"]["permissions"] == {"id-token": "write"}  # trusted publishing
 
