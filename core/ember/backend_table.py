@@ -46,7 +46,7 @@ REGISTRY: dict[str, BackendEntry] = {
         BackendEntry(
             "onnx",
             "ember.backends.onnx_backend",
-            ("onnxruntime", "onnx"),
+            ("onnxruntime",),
             exporter="ember.backends.onnx_export",
             extra="cpu",  # torch-free; converting a model that ships no graph: ember[export]
         ),

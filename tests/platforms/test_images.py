@@ -78,10 +78,11 @@ def report(built: images.Built, box: images.Container) -> None:
 
 # ----------------------------------------------------------------------------- general
 @pytest.fixture(scope="module")
-def general(base: str) -> images.Built:
+def general() -> images.Built:
+    """The default (slim, torch-free) CPU image, on the debian:12-slim stand-in."""
     return images.build(
         "localhost/ember-test:cpu",
-        build_args={"BASE_IMAGE": base, "TORCH_CPU_INDEX": ""},
+        build_args={"BASE_IMAGE": images.slim_base_image(), "TORCH_CPU_INDEX": ""},
     )
 
 

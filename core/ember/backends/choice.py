@@ -88,7 +88,9 @@ def installed(name: str) -> bool:
 
 
 def onnxruntime_installed() -> bool:
-    return installed("onnxruntime") and installed("onnx")
+    """ONNX Runtime, which serves a graph; building one needs the onnx package too
+    (``onnx_export.require_onnx``), which a slim image leaves out."""
+    return installed("onnxruntime")
 
 
 def torch_installed() -> bool:
@@ -158,7 +160,7 @@ def _choose(model: ResolvedModel, accelerator: str | None) -> Choice:
     if runtime.trust_remote_code:
         return Choice("torch", "remote-code models may not export to ONNX")
     if not onnxruntime_installed():
-        return Choice("torch", f"onnxruntime and onnx are not installed ({CPU_EXTRA})")
+        return Choice("torch", f"onnxruntime is not installed ({CPU_EXTRA})")
     if runtime.dtype == "int8":
         return int8_choice(model)
     # Pinned: onnxruntime-gpu lists its CUDA provider even where no GPU is attached.

@@ -45,8 +45,12 @@ from ember.models.spec import ResolvedModel
 log = logging.getLogger(__name__)
 
 MISSING = (
-    "the onnx backend needs onnxruntime and onnx: pip install 'ember[cpu]' "
+    "the onnx backend needs onnxruntime: pip install 'ember[cpu]' "
     "(torch-free; 'ember[export]' converts models that ship no graph)"
+)
+MISSING_ONNX = (
+    "building an ONNX graph (fusing a model's own graph, or exporting one) needs the onnx "
+    "package: pip install 'ember[cpu]'"
 )
 BACKEND = "onnx"
 MODEL_FILE = "model.onnx"
@@ -63,12 +67,20 @@ Progress = Callable[[str], None]
 
 
 def import_ort() -> Any:
+    """ONNX Runtime, all that serving a built graph needs (a slim image ships no more)."""
     try:
-        import onnx  # noqa: F401
         import onnxruntime
     except ImportError as exc:
         raise MissingDependency(MISSING) from exc
     return onnxruntime
+
+
+def require_onnx() -> None:
+    """The onnx package, which building a graph needs (fusing, copying, quantising)."""
+    try:
+        import onnx  # noqa: F401
+    except ImportError as exc:
+        raise MissingDependency(MISSING_ONNX) from exc
 
 
 # ---------------------------------------------------------------- options
@@ -406,6 +418,7 @@ def export(model: ResolvedModel, out_dir: Path, progress: Progress | None = None
     manifest, and the source's config/tokenizer/sentence-transformers files.
     """
     ort = import_ort()
+    require_onnx()
     plan = plan_for(model, ort.get_available_providers())
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -457,6 +470,7 @@ def prepare(model: ResolvedModel, plan: Plan, progress: Progress | None = None) 
     if artifacts.read_manifest(target) is not None and (target / MODEL_FILE).is_file():
         log.info("using cached ONNX artifact %s", target)
         return target / MODEL_FILE
+    require_onnx()
     fused_source = False
     if plan.dtype == "int8":
         source = prepare(model, replace(plan, dtype="float32"), progress)
