@@ -84,8 +84,10 @@ ENTRYPOINT ["ember", "serve"]
 # The torch-free serving stack: Ember's core requirements, ONNX Runtime and OpenVINO, pinned;
 # no torch, no transformers, and no onnx package (building graphs is the convert stage's).
 # Slimmed in the same step: no pip, no bytecode yet (the `cpu` stage compiles what serving
-# imports), and none of OpenVINO's GPU and NPU plugins or its TensorFlow, TFLite, PaddlePaddle,
-# PyTorch, JAX and GGUF readers (its CPU plugin and ONNX and IR readers run the graphs).
+# imports), none of OpenVINO's GPU and NPU plugins (nor the GPU's kernel cache), its
+# TensorFlow, TFLite, PaddlePaddle, PyTorch, JAX and GGUF readers and its tools (its CPU
+# plugin and ONNX and IR readers run the graphs), and none of ONNX Runtime's graph-building
+# tools (fusing, quantising: without the onnx package they could not run anyway).
 FROM python AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN python -m ensurepip --default-pip > /dev/null \
@@ -96,8 +98,11 @@ RUN python -m ensurepip --default-pip > /dev/null \
     && pip check \
     && pip uninstall --yes --quiet pip setuptools \
     && ov="$(python -B -c 'import os, openvino; print(os.path.dirname(openvino.__file__))')" \
-    && rm -r "$ov/include" "$ov"/libs/libopenvino_intel_{gpu,npu}_plugin.so \
-        "$ov"/libs/libopenvino_{tensorflow,tensorflow_lite,paddle,pytorch,jax,gguf}_frontend.so.*
+    && rm -r "$ov/include" "$ov/tools" "$ov"/libs/libopenvino_intel_{gpu,npu}_plugin.so \
+        "$ov/libs/cache.json" \
+        "$ov"/libs/libopenvino_{tensorflow,tensorflow_lite,paddle,pytorch,jax,gguf}_frontend.so.* \
+    && ort="$(python -B -c 'import os, onnxruntime; print(os.path.dirname(onnxruntime.__file__))')" \
+    && rm -r "$ort"/{transformers,quantization,tools}
 
 # ------------------------------------------------------------------------------ convert
 # The build stage: CPU PyTorch and transformers export each model's graph; none of it

@@ -15,6 +15,7 @@ podman, runc or mmdebstrap is missing; in CI (CI=true, set by .ci/run's caller) 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tarfile
@@ -131,6 +132,35 @@ def test_general_image_serves_the_packaged_model(
         assert model["backend"] in ("onnx", "openvino"), model
         assert general.size_bytes <= SLIM_BYTES, f"{general.size_bytes / 1e6:.0f} MB"
         assert box.stop() == 0
+
+
+# Run inside the slim image: the near-exact path (OpenVINO bf16 over the baked graph, the
+# probe included) with the CPU kind forced, as tests/integration/test_near_exact_serving.py
+# forces it, so OpenVINO's CPU plugin and ONNX reader are exercised on any x86 host.
+NEAR_EXACT_INSIDE = """
+import json, sys
+import ember.cpu
+ember.cpu.native_bf16 = lambda: "avx512_bf16"
+from ember.engine import SyncEngineArray
+with SyncEngineArray(model_id="sentence-transformers/all-MiniLM-L6-v2", device="cpu") as ember:
+    info = ember.engines.get("sentence-transformers/all-MiniLM-L6-v2").backend.info
+    vectors = ember.embed(json.loads(sys.argv[1]))
+print(json.dumps({"backend": [info.name, info.dtype], "vectors": vectors.tolist()}))
+"""
+
+
+def test_the_slim_image_runs_the_near_exact_path(
+    general: images.Built, reference: np.ndarray
+) -> None:
+    proc = images.podman(
+        "run", "--rm", "--network", "none", "-e", "EMBER_CACHE_DIR=/tmp/cache",
+        "--entrypoint", "python3", general.tag, "-c", NEAR_EXACT_INSIDE, json.dumps(TEXTS),
+        timeout=300,
+    )  # fmt: skip
+    answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert answer["backend"] == ["openvino", "bfloat16"], proc.stderr[-3000:]
+    data = [{"index": i, "embedding": v} for i, v in enumerate(answer["vectors"])]
+    assert_same_embeddings(data, reference)
 
 
 def test_general_image_answers_with_no_network_and_nothing_writable(

@@ -75,6 +75,12 @@ def import_ort() -> Any:
     return onnxruntime
 
 
+def _onnx_installed() -> bool:
+    from ember.backends.choice import installed
+
+    return installed("onnx")
+
+
 def require_onnx() -> None:
     """The onnx package, which building a graph needs (fusing, copying, quantising)."""
     try:
@@ -466,6 +472,15 @@ def prepare(model: ResolvedModel, plan: Plan, progress: Progress | None = None) 
                 f"{source} was exported as {exported.get('dtype')}; it cannot be served as "
                 f"{plan.dtype}: export again with --dtype {plan.dtype} (or from float32)"
             )
+    if source is not None and plan.dtype != "int8" and not _onnx_installed():
+        # A slim install (the torch-free image) has no onnx package to fuse with: the graph
+        # runs as shipped, ORT's own session-time optimisations applied.
+        log.warning(
+            "model %s: its graph is served unfused (fusing it once needs the onnx package: "
+            "pip install 'ember[cpu]')",
+            model.served_name,
+        )
+        return source
     target = artifacts.artifact_dir(model, BACKEND, build_options(model, plan))
     if artifacts.read_manifest(target) is not None and (target / MODEL_FILE).is_file():
         log.info("using cached ONNX artifact %s", target)
