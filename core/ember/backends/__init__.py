@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ember.backends.registry import BACKEND_NAMES, EXPORTERS, backend_module, import_backend
 from ember.errors import ConfigError, one_line
+from ember.installed import torch_installed
 
 if TYPE_CHECKING:
     from ember.backends.base import Backend
@@ -44,7 +45,7 @@ def _check_serves(model: ResolvedModel, name: str) -> None:
 def load_backend(model: ResolvedModel) -> Backend:
     # Imported here, not above: ember.config reads the registry through this package,
     # and the chooser reads artifacts, which read ember.config.
-    from ember.backends.choice import AUTO, choose_backend, torch_installed
+    from ember.backends.choice import AUTO, choose_backend
 
     if model.family.load is not None:  # a model made of parts, each on its own backend
         return model.family.load(model, load_backend)

@@ -37,11 +37,11 @@ import os
 import platform
 import sys
 from dataclasses import dataclass
-from importlib.util import find_spec
 from pathlib import Path
 
 import ember.backends.artifacts as artifacts
 from ember.backends.registry import REGISTRY
+from ember.installed import installed
 from ember.models.spec import ResolvedModel
 
 AUTO = "auto"
@@ -78,24 +78,10 @@ def accelerator_visible() -> str | None:
     return None
 
 
-def installed(name: str) -> bool:
-    """Whether ``name`` can be found, without importing it. A finder that refuses the name
-    (an environment that blocks a package, as the torch-free tests do) counts as absent."""
-    try:
-        return find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def onnxruntime_installed() -> bool:
     """ONNX Runtime, which serves a graph; building one needs the onnx package too
     (``onnx_export.require_onnx``), which a slim image leaves out."""
     return installed("onnxruntime")
-
-
-def torch_installed() -> bool:
-    """torch and transformers both: the torch backend and the ONNX exporter need them."""
-    return installed("torch") and installed("transformers")
 
 
 # What a torch-free install adds to serve graphs on a CPU (pyproject's `cpu` extra).

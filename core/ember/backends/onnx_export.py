@@ -39,6 +39,7 @@ import ember.backends.artifacts as artifacts
 import ember.backends.isolated as isolated
 from ember.backends.onnx_int8 import cpu_int8_weights, int8_scheme, quantize_int8
 from ember.errors import ConfigError, MissingDependency, one_line
+from ember.installed import installed, torch_installed
 from ember.models.network import network_class
 from ember.models.spec import ResolvedModel
 
@@ -76,8 +77,6 @@ def import_ort() -> Any:
 
 
 def _onnx_installed() -> bool:
-    from ember.backends.choice import installed
-
     return installed("onnx")
 
 
@@ -439,8 +438,6 @@ def require_exporter(model: ResolvedModel) -> None:
     """Refuse, in one line naming the install, converting a model that ships no graph
     where the exporter (torch, transformers) is not installed: a torch-free install
     (``ember[cpu]``) serves graphs, it does not make them."""
-    from ember.backends.choice import torch_installed
-
     if not torch_installed():
         raise MissingDependency(
             f"model {model.served_name!r} ships no ONNX graph (model.onnx or onnx/model.onnx) "
