@@ -469,7 +469,7 @@ def prepare(model: ResolvedModel, plan: Plan, progress: Progress | None = None) 
                 f"{source} was exported as {exported.get('dtype')}; it cannot be served as "
                 f"{plan.dtype}: export again with --dtype {plan.dtype} (or from float32)"
             )
-    if source is not None and plan.dtype != "int8" and not _onnx_installed():
+    if source is not None and plan.dtype == "float32" and not _onnx_installed():
         # A slim install (the torch-free image) has no onnx package to fuse with: the graph
         # runs as shipped, ORT's own session-time optimisations applied.
         log.warning(
