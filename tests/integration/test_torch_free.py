@@ -106,3 +106,22 @@ def test_a_model_without_a_graph_is_refused_naming_the_export_extra(
     assert len(errors) == 1, done.stderr[-3000:]
     assert "ships no ONNX graph" in errors[0] and "pip install 'ember[export]'" in errors[0]
     assert "ember export --backend onnx" in errors[0]
+
+
+def test_a_shipped_graph_without_the_onnx_package_runs_unfused(
+    minilm_graphs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slim image has no onnx package to fuse with: a hub repo's graph runs as shipped
+    (float32), and what needs a conversion (int8) says what to install."""
+    from ember.backends import onnx_export
+    from ember.errors import MissingDependency
+    from tests.fixtures.parity import resolved
+
+    monkeypatch.setattr(onnx_export, "_onnx_installed", lambda: False)
+    monkeypatch.setitem(sys.modules, "onnx", None)  # importing it fails, as where absent
+    model = resolved(minilm_graphs["hub"], "onnx", tmp_path)
+    plan = onnx_export.plan_for(model, ["CPUExecutionProvider"])
+    assert onnx_export.prepare(model, plan) == minilm_graphs["hub"] / "onnx" / "model.onnx"
+    int8 = resolved(minilm_graphs["hub"], "onnx", tmp_path, dtype="int8")
+    with pytest.raises(MissingDependency, match=r"pip install 'ember\[cpu\]'"):
+        onnx_export.prepare(int8, onnx_export.plan_for(int8, ["CPUExecutionProvider"]))
