@@ -34,6 +34,25 @@ def minilm_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def minilm_graphs(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> dict[str, Path]:
+    """MiniLM as a hub repo ships its graph (unfused, ``onnx/model.onnx`` beside the
+    weights) and as ``ember export --backend onnx`` writes it (made here, with torch): what
+    the torch-free install serves (tests/integration/test_torch_free.py,
+    tests/platforms/test_release.py)."""
+    from ember.backends.onnx_export import export, export_torch
+    from tests.fixtures.parity import resolved
+
+    root = tmp_path_factory.mktemp("graphs")
+    hub = root / "hub"
+    shutil.copytree(minilm_path, hub)
+    (hub / "onnx").mkdir()
+    raw = export_torch(resolved(minilm_path, "onnx", root / "cache"), root)
+    shutil.move(raw, hub / "onnx" / "model.onnx")
+    exported = export(resolved(hub, "onnx", root / "cache"), root / "exported")
+    return {"hub": hub, "exported": exported}
+
+
+@pytest.fixture(scope="session")
 def tiny_reranker_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.fixtures.tiny_models import build_tiny_reranker
 

@@ -24,7 +24,8 @@ class BackendEntry:
     ahead-of-time artifacts, has ``export(model, out_dir, progress=None) -> Path``: the
     directory it writes is served by ``--model-id DIR``, and its artifact manifest
     (``ember.backends.artifacts``) sits in ``export_subdir`` of it. ``runtime`` lists the
-    libraries a load imports (what a platform pre-imports before a memory snapshot).
+    libraries a load imports (what a platform pre-imports before a memory snapshot);
+    ``extra``, the pyproject extra that installs them (named by the missing-package hint).
     """
 
     name: str
@@ -33,17 +34,21 @@ class BackendEntry:
     exporter: str | None = None
     export_subdir: str = ""
     cpu_only: bool = False  # it runs on the CPU whatever --device says (numpy)
+    extra: str = ""  # `pip install 'ember[EXTRA]'`; "" where the core install has it
 
 
 REGISTRY: dict[str, BackendEntry] = {
     entry.name: entry
     for entry in (
-        BackendEntry("torch", "ember.backends.torch_backend", ("torch", "transformers")),
+        BackendEntry(
+            "torch", "ember.backends.torch_backend", ("torch", "transformers"), extra="torch"
+        ),
         BackendEntry(
             "onnx",
             "ember.backends.onnx_backend",
-            ("onnxruntime", "onnx"),
+            ("onnxruntime",),
             exporter="ember.backends.onnx_export",
+            extra="cpu",  # torch-free; converting a model that ships no graph: ember[export]
         ),
         BackendEntry(
             "ct2",
@@ -51,13 +56,15 @@ REGISTRY: dict[str, BackendEntry] = {
             ("ctranslate2",),
             exporter="ember.backends.ct2_backend",
             export_subdir="ct2",  # the converted model has a config.json of its own
+            extra="ct2",
         ),
-        BackendEntry("openvino", "ember.backends.openvino_backend", ("openvino",)),
+        BackendEntry("openvino", "ember.backends.openvino_backend", ("openvino",), extra="cpu"),
         BackendEntry(
             "neuron",
             "ember.backends.neuron_backend",
             ("optimum.neuron",),
             exporter="ember.backends.neuron_export",
+            extra="neuron",
         ),
         BackendEntry(
             "numpy",

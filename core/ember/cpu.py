@@ -4,17 +4,88 @@ them (read by every CPU backend and the engine's media pool)."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import threading
+from collections.abc import Callable
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
+
+
+def cgroup_cpu_quota(root: Path | None = None, proc_cgroup: Path | None = None) -> float | None:
+    """The CPU quota of this process's cgroup in cores (``cpu.max``'s quota over its period
+    on cgroup v2, ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us`` on v1), the tightest along
+    its path up to the root; None where there is none ("max", -1) or no cgroup to read.
+
+    Why: a Kubernetes pod's ``limits.cpu`` is such a quota, not an affinity mask, so a
+    2-CPU pod on a 64-core node sees 64 cores in ``sched_getaffinity`` and started 64
+    threads, which the quota then throttled every period. Paths come from
+    ``/proc/self/cgroup``: "/" inside a container's own cgroup namespace, the full path
+    outside one."""
+    root = root or CGROUP_ROOT
+    try:
+        lines = (proc_cgroup or PROC_CGROUP).read_text().splitlines()
+    except OSError:
+        return None
+    found: list[float] = []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and not controllers:  # v2: the unified hierarchy
+            found += _quotas(root, path, _v2_quota)
+        elif "cpu" in controllers.split(","):  # v1: the cpu controller's own mount
+            for mount in (controllers, "cpu", "cpu,cpuacct"):
+                if (root / mount).is_dir():
+                    found += _quotas(root / mount, path, _v1_quota)
+                    break
+    return min(found) if found else None
+
+
+def _quotas(mount: Path, path: str, read: Callable[[Path], float | None]) -> list[float]:
+    """The quotas set on ``path`` and each of its parents under ``mount``."""
+    relative = Path(path.strip("/"))
+    found = []
+    for part in (relative, *relative.parents):
+        quota = read(mount / part)
+        if quota is not None:
+            found.append(quota)
+    return found
+
+
+def _v2_quota(directory: Path) -> float | None:
+    try:
+        quota, period = (directory / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def _v1_quota(directory: Path) -> float | None:
+    try:
+        quota = int((directory / "cpu.cfs_quota_us").read_text())
+        period = int((directory / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def _affinity() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 def cpu_count() -> int:
-    """Cores this process may use (cgroup/affinity aware), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+    """Cores this process may use: its CPU affinity, capped by its cgroup's CPU quota
+    (rounded up, as Go's and .NET's runtimes round it: 1.5 CPUs run two threads), at least 1."""
+    cores = _affinity()
+    if (quota := cgroup_cpu_quota()) is not None:
+        cores = min(cores, math.ceil(quota - 1e-9))
+    return max(1, cores)
 
 
 def cpu_forward_plan(requested: int = 0, cores: int | None = None) -> tuple[int, int]:
@@ -72,11 +143,9 @@ def native_bf16() -> str | None:
 
 
 def physical_cores() -> int:
-    """Physical cores we may run on: SMT siblings share one core's matmul units."""
-    try:
-        allowed = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        allowed = os.cpu_count() or 1
+    """Physical cores we may run on (within the cgroup's quota): SMT siblings share one
+    core's matmul units."""
+    allowed = cpu_count()
     try:
         import psutil
 

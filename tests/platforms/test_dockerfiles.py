@@ -250,31 +250,59 @@ def _ember_requirements(*extras: str) -> set[str]:
     return names
 
 
+def stages(steps: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """The build stages' instructions, each from its FROM on, with the instructions of the
+    stages it builds on before them (`FROM runtime AS cpu` starts with runtime's)."""
+    named: dict[str, list[tuple[str, str]]] = {}
+    out: list[list[tuple[str, str]]] = []
+    for kind, rest in steps:
+        if kind == "FROM":
+            words = rest.split()
+            parent = named.get(words[0], [])
+            out.append([*parent, (kind, rest)])
+            if len(words) == 3 and words[1].upper() == "AS":
+                named[words[2]] = out[-1]
+        elif out:
+            out[-1].append((kind, rest))
+    return out
+
+
 @pytest.mark.parametrize(
     "relative",
     ["../Dockerfile", "runpod/Dockerfile", "sagemaker/Dockerfile", "sagemaker/Dockerfile.cuda"],
 )
 def test_dependencies_are_installed_before_the_code_is_copied(relative: str) -> None:
-    """An edit to core/ must not reinstall torch or download weights again: every pip
-    install after `COPY core` is Ember itself, with --no-deps."""
-    steps = instructions((PLATFORMS / relative).read_text())
-    copy_core = next(i for i, (k, rest) in enumerate(steps) if k == "COPY" and "core" in rest)
-    before = [r for k, r in steps[:copy_core] if k == "RUN" and "pip install" in r]
-    after = [r for k, r in steps[copy_core:] if k == "RUN" and "pip install" in r]
-    assert before, "no dependency install ahead of the code"
-    for run in after:
-        for command in re.split(r"&&", run):
-            if "pip install" in command:
-                assert "--no-deps" in command, command
-    baking = [i for i, (k, rest) in enumerate(steps) if k == "RUN" and "bake.py" in rest]
-    assert all(i < copy_core for i in baking)
+    """An edit to core/ must not reinstall torch or download weights again: in every stage
+    that copies the code, every pip install after `COPY core` is Ember itself, with
+    --no-deps, and weights are baked (or copied from a stage) before it."""
+    checked = 0
+    for steps in stages(instructions((PLATFORMS / relative).read_text())):
+        copies = [i for i, (k, rest) in enumerate(steps) if k == "COPY" and rest.endswith("core")]
+        if not copies:
+            continue
+        copy_core = copies[-1]  # this stage's own (a parent's comes first)
+        checked += 1
+        before = [r for k, r in steps[:copy_core] if k == "RUN" and "pip install" in r]
+        after = [r for k, r in steps[copy_core:] if k == "RUN" and "pip install" in r]
+        assert before, "no dependency install ahead of the code"
+        for run in after:
+            for command in re.split(r"&&", run):
+                if "pip install" in command:
+                    assert "--no-deps" in command, command
+        baking = [
+            i
+            for i, (k, rest) in enumerate(steps)
+            if (k == "RUN" and "bake.py" in rest) or (k == "COPY" and "--from=" in rest)
+        ]
+        assert all(i < copy_core for i in baking)
+    assert checked
 
 
 @pytest.mark.parametrize(
     ("section", "extras"),
     [("runpod", ("torch", "runpod", "media", "default-model")),
      ("sagemaker", ("torch", "media", "default-model")),
-     ("image", ("torch", "onnx", "media", "default-model")),
+     ("image", ("torch", "cpu", "onnx", "media", "default-model")),
      ("bentoml", ("torch", "media", "default-model")),
      ("modal", ("torch", "media", "default-model"))],
 )  # fmt: skip

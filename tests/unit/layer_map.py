@@ -40,6 +40,7 @@ BANDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "ember.logs",
             "ember.metrics",
             "ember.cpu",
+            "ember.installed",
             "ember.backend_table",
             "ember.backend_settings",
             "ember.outputs",

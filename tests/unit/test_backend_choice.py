@@ -73,7 +73,7 @@ def test_without_onnxruntime_torch_says_what_to_install(monkeypatch: pytest.Monk
     monkeypatch.setattr(choice, "accelerator_visible", lambda: None)
     monkeypatch.setattr(choice, "onnxruntime_installed", lambda: False)
     picked = choice.choose_backend(_minilm())
-    assert picked.backend == "torch" and "pip install 'ember[onnx]'" in picked.reason
+    assert picked.backend == "torch" and "pip install 'ember[cpu]'" in picked.reason
 
 
 def test_accelerator_probe_matches_this_host(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -361,5 +361,5 @@ def test_missing_onnxruntime_names_the_extra(
     minilm_path: Path, cache_dir: Path, monkeypatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
-    with pytest.raises(MissingDependency, match=r"ember\[onnx\]"):
+    with pytest.raises(MissingDependency, match=r"ember\[cpu\]"):
         onnx_backend.load(parity.resolved(minilm_path, "onnx", cache_dir))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ember.backends.registry import BACKEND_NAMES, EXPORTERS, backend_module, import_backend
 from ember.errors import ConfigError, one_line
+from ember.installed import torch_installed
 
 if TYPE_CHECKING:
     from ember.backends.base import Backend
@@ -59,6 +60,8 @@ def load_backend(model: ResolvedModel) -> Backend:
     except Exception as exc:
         if choice.backend == "torch" or choice.exported or choice.only:
             raise
+        if choice.backend == "onnx" and not torch_installed():
+            raise  # torch is not there to fall back on: the failure itself is the news
         # What auto picked for speed failed where another may not: serve, and say why
         # (the int8 fast tier falls back to onnx's int8, as torch has none).
         fallback = "onnx" if choice.backend == "openvino" else "torch"
@@ -72,8 +75,10 @@ def load_backend(model: ResolvedModel) -> Backend:
         )
         reason = f"{reason}, but {choice.backend} failed ({failure}), so {fallback}"
         backend = _load(fallback, model.on_backend(fallback))
-    if choice.exported or choice.only:
+    if choice.only or (choice.exported and choice.backend != "onnx"):
         return _report(backend, reason)
+    # An `ember export --backend onnx` float32 graph is the reference the near-exact check
+    # compares with, as a graph auto builds is: it gets the same default per CPU.
     from ember.backends.near_exact import settle
 
     backend, precision = settle(model, backend)

@@ -37,11 +37,11 @@ import os
 import platform
 import sys
 from dataclasses import dataclass
-from importlib.util import find_spec
 from pathlib import Path
 
 import ember.backends.artifacts as artifacts
 from ember.backends.registry import REGISTRY
+from ember.installed import installed
 from ember.models.spec import ResolvedModel
 
 AUTO = "auto"
@@ -79,7 +79,13 @@ def accelerator_visible() -> str | None:
 
 
 def onnxruntime_installed() -> bool:
-    return find_spec("onnxruntime") is not None and find_spec("onnx") is not None
+    """ONNX Runtime, which serves a graph; building one needs the onnx package too
+    (``onnx_export.require_onnx``), which a slim image leaves out."""
+    return installed("onnxruntime")
+
+
+# What a torch-free install adds to serve graphs on a CPU (pyproject's `cpu` extra).
+CPU_EXTRA = "pip install 'ember[cpu]'"
 
 
 def exported_backend(path: Path) -> str | None:
@@ -140,7 +146,7 @@ def _choose(model: ResolvedModel, accelerator: str | None) -> Choice:
     if runtime.trust_remote_code:
         return Choice("torch", "remote-code models may not export to ONNX")
     if not onnxruntime_installed():
-        return Choice("torch", "onnxruntime is not installed (pip install 'ember[onnx]')")
+        return Choice("torch", f"onnxruntime is not installed ({CPU_EXTRA})")
     if runtime.dtype == "int8":
         return int8_choice(model)
     # Pinned: onnxruntime-gpu lists its CUDA provider even where no GPU is attached.

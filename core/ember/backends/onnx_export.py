@@ -39,12 +39,20 @@ import ember.backends.artifacts as artifacts
 import ember.backends.isolated as isolated
 from ember.backends.onnx_int8 import cpu_int8_weights, int8_scheme, quantize_int8
 from ember.errors import ConfigError, MissingDependency, one_line
+from ember.installed import installed, torch_installed
 from ember.models.network import network_class
 from ember.models.spec import ResolvedModel
 
 log = logging.getLogger(__name__)
 
-MISSING = "the onnx backend needs onnxruntime and onnx: pip install 'ember[onnx]'"
+MISSING = (
+    "the onnx backend needs onnxruntime: pip install 'ember[cpu]' "
+    "(torch-free; 'ember[export]' converts models that ship no graph)"
+)
+MISSING_ONNX = (
+    "building an ONNX graph (fusing a model's own graph, or exporting one) needs the onnx "
+    "package: pip install 'ember[cpu]'"
+)
 BACKEND = "onnx"
 MODEL_FILE = "model.onnx"
 # Bump when the export/optimise/quantise code changes what it writes: old caches miss.
@@ -60,12 +68,24 @@ Progress = Callable[[str], None]
 
 
 def import_ort() -> Any:
+    """ONNX Runtime, all that serving a built graph needs (a slim image ships no more)."""
     try:
-        import onnx  # noqa: F401
         import onnxruntime
     except ImportError as exc:
         raise MissingDependency(MISSING) from exc
     return onnxruntime
+
+
+def _onnx_installed() -> bool:
+    return installed("onnx")
+
+
+def require_onnx() -> None:
+    """The onnx package, which building a graph needs (fusing, copying, quantising)."""
+    try:
+        import onnx  # noqa: F401
+    except ImportError as exc:
+        raise MissingDependency(MISSING_ONNX) from exc
 
 
 # ---------------------------------------------------------------- options
@@ -403,6 +423,7 @@ def export(model: ResolvedModel, out_dir: Path, progress: Progress | None = None
     manifest, and the source's config/tokenizer/sentence-transformers files.
     """
     ort = import_ort()
+    require_onnx()
     plan = plan_for(model, ort.get_available_providers())
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -411,6 +432,18 @@ def export(model: ResolvedModel, out_dir: Path, progress: Progress | None = None
     artifacts.write_pooling_files(model, out_dir)
     _build(model, plan, out_dir, say, find_onnx(model.path))
     return out_dir
+
+
+def require_exporter(model: ResolvedModel) -> None:
+    """Refuse, in one line naming the install, converting a model that ships no graph
+    where the exporter (torch, transformers) is not installed: a torch-free install
+    (``ember[cpu]``) serves graphs, it does not make them."""
+    if not torch_installed():
+        raise MissingDependency(
+            f"model {model.served_name!r} ships no ONNX graph (model.onnx or onnx/model.onnx) "
+            "and converting it needs torch and transformers: pip install 'ember[export]', or "
+            "run `ember export --backend onnx` where they are installed and serve that directory"
+        )
 
 
 def _exported(model: ResolvedModel) -> tuple[Path | None, dict[str, Any] | None]:
@@ -436,14 +469,26 @@ def prepare(model: ResolvedModel, plan: Plan, progress: Progress | None = None) 
                 f"{source} was exported as {exported.get('dtype')}; it cannot be served as "
                 f"{plan.dtype}: export again with --dtype {plan.dtype} (or from float32)"
             )
+    if source is not None and plan.dtype == "float32" and not _onnx_installed():
+        # A slim install (the torch-free image) has no onnx package to fuse with: the graph
+        # runs as shipped, ORT's own session-time optimisations applied.
+        log.warning(
+            "model %s: its graph is served unfused (fusing it once needs the onnx package: "
+            "pip install 'ember[cpu]')",
+            model.served_name,
+        )
+        return source
     target = artifacts.artifact_dir(model, BACKEND, build_options(model, plan))
     if artifacts.read_manifest(target) is not None and (target / MODEL_FILE).is_file():
         log.info("using cached ONNX artifact %s", target)
         return target / MODEL_FILE
+    require_onnx()
     fused_source = False
     if plan.dtype == "int8":
         source = prepare(model, replace(plan, dtype="float32"), progress)
         fused_source = True
+    elif source is None:
+        require_exporter(model)
     say(f"building ONNX artifact for {model.served_name} in {target} (first load only)")
     with artifacts.staging(target) as tmp:
         isolated.run(_build, model, plan, tmp, say, source, fused_source)

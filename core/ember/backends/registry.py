@@ -53,6 +53,5 @@ def import_backend(name: str) -> None:
         try:
             importlib.import_module(library)
         except ImportError as exc:
-            raise MissingDependency(
-                f"the {name} backend needs {library}: pip install 'ember[{name}]'"
-            ) from exc
+            install = f"pip install 'ember[{found.extra}]'" if found.extra else "pip install ember"
+            raise MissingDependency(f"the {name} backend needs {library}: {install}") from exc
