@@ -85,8 +85,9 @@ def add_embed_parser(sub: Any, add_settings_arguments: Callable[..., None]) -> N
     embed.add_argument(
         "--shard-rows",
         type=int,
-        default=SHARD_ROWS,
-        help=f"Rows per Parquet shard, the checkpoint unit [{SHARD_ROWS}].",
+        default=None,
+        help=f"Rows per Parquet shard, the checkpoint unit [{SHARD_ROWS}; with --ray: sized "
+        "so every worker gets several shards, at most that].",
     )
     embed.add_argument(
         "--in-flight",
@@ -160,12 +161,13 @@ def run_embed(args: argparse.Namespace, settings: Any) -> int:
     from ember.errors import ConfigError
     from ember.jobs.inputs import InputSpec
     from ember.jobs.runner import JobOptions, embed_corpus
+    from ember.jobs.store import is_uri
     from ember.logs import configure_logging
 
     configure_logging(settings.log_level, settings.json_logs)
     tracing.configure(otlp_export(settings))  # a span per chunk of rows, or per batch line
     for name in ("shard_rows", "in_flight", "chunk_rows"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
     if args.ray_workers is not None and args.ray_workers < 1:
         raise ConfigError("--ray-workers must be at least 1")
@@ -182,7 +184,7 @@ def run_embed(args: argparse.Namespace, settings: Any) -> int:
         id_column=args.id_column,
     )
     options = JobOptions(
-        output=Path(args.output),
+        output=args.output if is_uri(args.output) else Path(args.output),
         output_kind=args.output_kind,
         normalize=args.normalize,
         dimensions=args.dimensions,
@@ -232,6 +234,7 @@ def _run_batch(args: argparse.Namespace, settings: Any) -> int:
 
     from ember.errors import ConfigError
     from ember.jobs.batch import run_batch_file
+    from ember.jobs.runner import SHARD_ROWS
 
     given = [n for n in BATCH_REFUSED if getattr(args, n) is not None]
     given += [] if args.truncate else ["truncate"]
@@ -243,7 +246,7 @@ def _run_batch(args: argparse.Namespace, settings: Any) -> int:
         Path(args.input),
         Path(args.output),
         in_flight=args.in_flight,
-        commit_lines=args.shard_rows,
+        commit_lines=args.shard_rows or SHARD_ROWS,
         overwrite=args.overwrite,
         progress=args.progress,
     )
