@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 SHARDS_PER_WORKER = 4
 # ...but not so small that per-shard costs (a Parquet file, a checkpoint rewrite) show.
 MIN_SHARD_ROWS = 200
+START_GRACE_S = 120.0  # the first worker up waits this long at most for the rest of its wave
 HEARTBEAT_S = 1.0  # how often the driver looks at the head while it waits on workers
 HEAD_MISSES = 3  # the head's GCS refusing connections this many checks in a row: lost
 ALL_LOST_WAIT_S = 120.0  # every worker lost: how long a replacement may take to start
@@ -217,9 +218,23 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _check_room(on: RayOptions) -> None:
-    """Refuse a worker no node of the cluster could hold (Ray would wait for it forever)."""
+def _capacity(on: RayOptions) -> int:
+    """How many workers the cluster's live nodes hold (whole workers per node); a worker
+    no node could hold is refused here (Ray would wait for it forever)."""
     nodes = [n for n in ray.nodes() if n.get("Alive")]
+    _check_room(on, nodes)
+    held = 0
+    for node in nodes:
+        room = node["Resources"]
+        fits = [int(room.get("CPU", 0) // on.cpus_per_worker + 1e-9)] if on.cpus_per_worker else []
+        if on.gpus_per_worker:
+            fits.append(int(room.get("GPU", 0) // on.gpus_per_worker + 1e-9))
+        held += min(fits) if fits else 1
+    return held
+
+
+def _check_room(on: RayOptions, nodes: list[dict[str, Any]]) -> None:
+    """Refuse a worker no node of the cluster could hold."""
     fits = [
         n
         for n in nodes
@@ -246,8 +261,15 @@ def _embed(
 ) -> dict[str, Any]:
     """Plan the shards left, run them on the pool, commit each in input order; what the
     summary adds (start-up, the driver's CPU, rows by node)."""
-    _check_room(on)
+    capacity = _capacity(on)
     workers = on.workers or default_workers(on.cpus_per_worker, on.gpus_per_worker)
+    if workers > capacity:
+        log.warning(
+            "the Ray cluster holds %d of the %d workers asked for; the others start when "
+            "it has room",
+            capacity,
+            workers,
+        )
     done, left = run.checkpoint.rows_done, run.rows_left
     if left < 1:  # killed between its last shard and marking the dataset complete
         return {}
@@ -279,6 +301,7 @@ def _embed(
     pool = _Pool(
         lambda: actor.remote(embedder, run.source, str(store), id_type, f"{tag}.probe"),
         workers,
+        min(workers, capacity),
         tasks,
         run,
         ray.get_runtime_context().gcs_address,
@@ -306,9 +329,19 @@ class _Pool:
     """The workers, the shards still to run, and the commit of finished ones in order."""
 
     def __init__(
-        self, start_worker: Any, workers: int, tasks: list[ShardTask], run: JobRun, gcs: str
+        self,
+        start_worker: Any,
+        workers: int,
+        first_wave: int,
+        tasks: list[ShardTask],
+        run: JobRun,
+        gcs: str,
     ) -> None:
         self.start_worker, self.size, self.run_ = start_worker, workers, run
+        # Shards go out once the first wave of workers is up (their models load in
+        # parallel), so every worker starts with its share and the start-up is one figure.
+        self.waiting_for = first_wave
+        self.first_loaded: float | None = None
         self.total = len(tasks)
         self.todo = [(t.index, t) for t in tasks]  # a heap: the lowest index goes first
         heapq.heapify(self.todo)
@@ -361,9 +394,17 @@ class _Pool:
             self._lose(worker, "?", exc)
             return
         self.live[worker] = node
-        if self.first_ready is None:
-            self.first_ready, self.cpu_at_ready = time.perf_counter(), _cpu_seconds()
+        self.first_loaded = self.first_loaded or time.monotonic()
+        self._wave_member_done()
         self._feed(worker)
+
+    def _wave_member_done(self) -> None:
+        """One worker of the first wave up (or lost): the last one opens the dispatch."""
+        self.waiting_for -= 1
+        if self.waiting_for <= 0 and self.first_ready is None:
+            self.first_ready, self.cpu_at_ready = time.perf_counter(), _cpu_seconds()
+            for worker in list(self.live):
+                self._feed(worker)
 
     def _returned(self, ref: Any, task: ShardTask, worker: Any) -> None:
         self.load[worker] -= 1
@@ -385,6 +426,8 @@ class _Pool:
 
     def _feed(self, worker: Any) -> None:
         """Keep ``CONCURRENT_SHARDS`` shards on each live worker while any are left."""
+        if self.first_ready is None:  # the first wave is still loading its models
+            return
         for free in [worker, *self.live]:  # a requeued shard goes to whoever has room
             if free not in self.live:
                 continue
@@ -408,6 +451,8 @@ class _Pool:
         """A worker is gone (its process, or its node): its shards were requeued; start a
         replacement (it runs where the cluster has room, when it has)."""
         if worker in self.workers:
+            if self.first_ready is None and worker not in self.live:
+                self._wave_member_done()  # lost while starting: the wave waits no longer
             self.workers.discard(worker)
             self.live.pop(worker, None)
             reason = f"node {node[:8]}: {_first_line(exc)}"
@@ -427,7 +472,18 @@ class _Pool:
             self._feed(next(iter(self.live)))
 
     def _check_cluster(self) -> None:
-        """Between results: is the head still there, and is any worker?"""
+        """Between results: is the head still there, and is any worker? (And a first wave
+        that cannot all start, the cluster being shared, goes ahead without the rest.)"""
+        if (
+            self.first_ready is None
+            and self.first_loaded is not None
+            and time.monotonic() - self.first_loaded > START_GRACE_S
+        ):
+            log.warning(
+                "%d Ray workers have not started; going ahead without them", self.waiting_for
+            )
+            self.waiting_for = 1
+            self._wave_member_done()
         if _reachable(self.gcs):
             self._head_misses = 0
         else:
