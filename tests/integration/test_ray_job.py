@@ -132,7 +132,7 @@ class Cluster:
 
     def raylet(self, node: set[int]) -> int:
         """The pid of ``node``'s raylet: killing it is losing the node."""
-        lines = _procs_with(self.address)
+        lines = _procs_with(self.temp)  # a worker node's raylet uses the head's session dir
         (pid,) = [p for p in node if p in lines and lines[p].split()[0].endswith("raylet")]
         return pid
 
@@ -393,10 +393,20 @@ def test_a_killed_worker_node_is_survived(tmp_path: Path, tiny: Path, cluster: C
     corpus = _write_corpus(tmp_path / "corpus.jsonl", _texts(ROWS))
     out, log = tmp_path / "out", tmp_path / "embed.log"
     job = _start(_args(corpus, out, tiny, 50, f"--ray={cluster.address}"), log, cluster.home)
+    lost: set[int] = set()
     try:
         _wait_rows(out, 100, job, log, 300)
+        # The driver held still while the node goes, so the loss falls mid-job on any host:
+        # its worker held two shards, and many are left for the driver to hand it.
+        job.send_signal(signal.SIGSTOP)
         lost = cluster.nodes.pop()
-        os.kill(cluster.raylet(lost), signal.SIGKILL)  # the node: its workers go with it
+        raylet = cluster.raylet(lost)
+        workers = psutil.Process(raylet).children(recursive=True)
+        assert any("ShardWorker" in " ".join(w.cmdline()) for w in workers), workers
+        os.kill(raylet, signal.SIGKILL)  # the node: its workers go with it
+        _, alive = psutil.wait_procs(workers, timeout=60)
+        assert not alive, f"the killed node's workers outlived its raylet: {alive}"
+        job.send_signal(signal.SIGCONT)
         assert job.wait(timeout=400) == 0, log.read_text()[-3000:]
     finally:
         _stop(job)
@@ -420,7 +430,12 @@ def test_a_killed_head_ends_in_one_line_and_the_same_command_resumes(
     job = _start(args, log, cluster.home)
     try:
         _wait_rows(out, 100, job, log, 300)
+        job.send_signal(signal.SIGSTOP)  # held still: the head goes mid-job on any host
+        head = [psutil.Process(pid) for pid in cluster.head if psutil.pid_exists(pid)]
         cluster.kill_head()
+        _, alive = psutil.wait_procs(head, timeout=30)
+        assert not alive, alive
+        job.send_signal(signal.SIGCONT)
         assert job.wait(timeout=120) == 2, log.read_text()[-3000:]
     finally:
         _stop(job)

@@ -364,11 +364,16 @@ class _Pool:
     def run(self) -> None:
         for _ in range(self.size):
             self._start_one()
+        checked = time.monotonic()
         while self.next_index < self.total:
             refs = [*self.running, *self.starting]
             ready, _ = ray.wait(refs, num_returns=1, timeout=HEARTBEAT_S) if refs else ([], [])
-            if not ready:
+            if not ready or time.monotonic() - checked >= HEARTBEAT_S:
+                # Also while results flow: workers outlive a lost head by a minute, then
+                # go all at once; the job stops now, with what it has committed.
                 self._check_cluster()
+                checked = time.monotonic()
+            if not ready:
                 continue
             ref = ready[0]
             if ref in self.starting:
