@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from tests.ray_cluster import Cluster, kill_pids
 from tests.support import REPO, child_env, free_port
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
@@ -59,92 +59,6 @@ def _wait_gone(before: set[int], seconds: float = 60) -> set[int]:
     while (left := _ray_pids() - before) and time.monotonic() < deadline:
         time.sleep(0.5)
     return left
-
-
-def _procs_with(marker: str) -> dict[int, str]:
-    """pid -> command line of this machine's processes whose command line names
-    ``marker`` (a cluster's temp dir or GCS address: its own processes only)."""
-    found = {}
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            line = " ".join(proc.info["cmdline"] or [])
-        except psutil.Error:
-            continue
-        if marker in line:
-            found[proc.info["pid"]] = line
-    return found
-
-
-def _kill(pids: set[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-class Cluster:
-    """A head (no CPUs) and worker nodes (1 CPU each) on 127.0.0.1, each node its own
-    raylet; started and stopped by ``ray start`` and SIGKILL of its own processes (never
-    ``ray stop``, which would stop every cluster of the machine)."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.temp = tempfile.mkdtemp(prefix="ert-")  # short: Ray's socket paths are bounded
-        # A home of its own: Ray reads ~/.ray/auth_token, which another cluster of the
-        # machine may have written (its GCS then wants a token our nodes do not send).
-        os.mkdir(home := os.path.join(self.temp, "home"))
-        self.home = home
-        self.env = {**env, "HOME": home}
-        self.head: set[int] = set()
-        self.nodes: list[set[int]] = []  # each worker node's processes
-
-    def _ray(self, *args: str) -> None:
-        ray_cli = str(Path(sys.executable).with_name("ray"))
-        done = subprocess.run(
-            [ray_cli, "start", "--node-ip-address", "127.0.0.1", "--disable-usage-stats", *args],
-            env=self.env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-
-    def mine(self) -> set[int]:
-        return set(_procs_with(self.address)) | set(_procs_with(self.temp))
-
-    def start(self) -> None:
-        before = self.mine()
-        self._ray(
-            "--head", "--num-cpus", "0", "--port", str(self.port), "--temp-dir", self.temp,
-            "--include-dashboard", "false", "--dashboard-port", str(free_port()),
-            "--ray-client-server-port", str(free_port()),
-        )  # fmt: skip
-        self.head = self.mine() - before
-        self.add_node("--num-gpus", "1")  # a fake GPU: fractional workers share it
-        self.add_node()
-
-    def add_node(self, *extra: str) -> None:
-        before = self.mine()
-        self._ray(
-            "--address", self.address, "--num-cpus", "1",
-            "--dashboard-agent-listen-port", str(free_port()), *extra,
-        )  # fmt: skip
-        self.nodes.append(self.mine() - before)
-
-    def raylet(self, node: set[int]) -> int:
-        """The pid of ``node``'s raylet: killing it is losing the node."""
-        lines = _procs_with(self.temp)  # a worker node's raylet uses the head's session dir
-        (pid,) = [p for p in node if p in lines and lines[p].split()[0].endswith("raylet")]
-        return pid
-
-    def kill_head(self) -> None:
-        _kill(self.head)
-
-    def stop(self) -> None:
-        _kill(self.mine())
-        deadline = time.monotonic() + 60
-        while self.mine() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        self.head, self.nodes = set(), []
 
 
 @pytest.fixture(scope="module")
@@ -410,7 +324,7 @@ def test_a_killed_worker_node_is_survived(tmp_path: Path, tiny: Path, cluster: C
         assert job.wait(timeout=400) == 0, log.read_text()[-3000:]
     finally:
         _stop(job)
-        _kill(lost & cluster.mine())  # what of the node was left (its agents)
+        kill_pids(lost & cluster.mine())  # what of the node was left (its agents)
         cluster.add_node()  # two worker nodes again for the next test
     summary = json.loads(log.read_text().strip().splitlines()[-1])
     assert summary["rows"] == ROWS and len(summary["lost_workers"]) >= 1, summary

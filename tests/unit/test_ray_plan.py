@@ -55,3 +55,26 @@ def test_tasks_cover_the_rows_once_from_their_offsets(tmp_path: Path) -> None:
     read = [row for t in tasks for row in source.rows(t.start, t.start + t.rows, t.offset)]
     assert read == list(source.rows(start))
     assert read[0] == (130, "row 130 " + "x" * (130 % 7))
+
+
+@pytest.mark.parametrize(
+    ("cpus", "gpus", "fragment"),
+    [
+        (1.0, 1.5, "more than one GPU must be a whole number"),
+        (-1.0, 0.0, "cannot be negative"),
+        (0.0, 0.0, "needs CPUs or GPUs"),
+    ],
+)
+def test_worker_sizes_ray_cannot_place_are_refused(cpus: float, gpus: float, fragment: str) -> None:
+    from ember.errors import ConfigError
+    from ember.jobs.command import _check_worker_size
+
+    with pytest.raises(ConfigError, match=fragment):
+        _check_worker_size(cpus, gpus)
+
+
+@pytest.mark.parametrize(("cpus", "gpus"), [(1.0, 0.0), (0.5, 0.5), (1.0, 0.25), (1.0, 2.0)])
+def test_fractional_and_whole_gpu_shares_are_taken(cpus: float, gpus: float) -> None:
+    from ember.jobs.command import _check_worker_size
+
+    _check_worker_size(cpus, gpus)
