@@ -20,6 +20,7 @@ shards, and the resume deletes whatever it does not name.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -32,6 +33,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -127,11 +129,17 @@ def embed_on_ray(
         try:
             with cluster(on.address):
                 extra = _embed(run, settings, options, output, on, began)
+        except EmberError:
+            raise
         except ray.exceptions.RayError as exc:  # a worker's own error: said as in-process
             cause = _ember_cause(exc)
             if cause is not None:
                 raise cause from None
+            log.debug("the Ray job stopped", exc_info=True)
             raise _stopped(run, _first_line(exc)) from None
+        except Exception as exc:  # Ray's own machinery failing: one line, not its traceback
+            log.debug("the Ray job stopped", exc_info=True)
+            raise _stopped(run, f"{type(exc).__name__}: {_first_line(exc)}") from None
         finally:
             run.close()
         return replace(run.finish(), extra=extra)
@@ -298,8 +306,14 @@ def _embed(
         "in_flight": options.in_flight,
         "chunk_rows": options.chunk_rows,
     }
+    # Workers start in directories of their own: relative paths are the driver's.
+    source, where = run.source, str(store)
+    if isinstance(source.path, Path):
+        source = dataclasses.replace(source, path=source.path.resolve())
+    if store.local:
+        where = str(Path(store.root).resolve())
     pool = _Pool(
-        lambda: actor.remote(embedder, run.source, str(store), id_type, f"{tag}.probe"),
+        lambda: actor.remote(embedder, source, where, id_type, f"{tag}.probe"),
         workers,
         min(workers, capacity),
         tasks,
