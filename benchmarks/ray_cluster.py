@@ -74,7 +74,10 @@ def main() -> None:
     model = default_model_path()
     work = TMP / "ray-cluster"
     corpus = write_corpus(make_sentences(args.rows), work / "corpus.jsonl")
-    cluster = Cluster(child_env(drop_prefixes=("EMBER_", "RAY_ADDRESS")))
+    # Workers at nice 0, as the job's own local cluster runs them (Ray's default is 15):
+    # on a shared host the figures are then the job's, not the scheduler's.
+    env = child_env({"RAY_worker_niceness": "0"}, drop_prefixes=("EMBER_", "RAY_ADDRESS"))
+    cluster = Cluster(env)
     runs: list[dict[str, Any]] = []
     try:
         cluster.start()
