@@ -376,6 +376,7 @@ def test_a_killed_driver_resumes_and_leaves_no_ray_process(tmp_path: Path, tiny:
     job = _start(args, log)
     try:
         _wait_rows(out, 100, job, log, 300)
+        job.send_signal(signal.SIGSTOP)  # held mid-job on any host: it commits no more
         # The output directory stays held: an in-process job on it is refused at once.
         rival = subprocess.run(
             _args(corpus, out, tiny, 50), cwd=REPO, env=_env(), capture_output=True,
