@@ -340,7 +340,8 @@ def test_a_killed_head_ends_in_one_line_and_the_same_command_resumes(
     """Last of the module's cluster tests: it stops the cluster and starts it again."""
     corpus = _write_corpus(tmp_path / "corpus.jsonl", _texts(ROWS))
     out, log = tmp_path / "out", tmp_path / "embed.log"
-    args = _args(corpus, out, tiny, 50, f"--ray={cluster.address}")
+    # Two workers named: the node the previous test killed may not be marked dead yet.
+    args = _args(corpus, out, tiny, 50, f"--ray={cluster.address}", "--ray-workers", "2")
     job = _start(args, log, cluster.home)
     try:
         _wait_rows(out, 100, job, log, 300)
@@ -349,6 +350,9 @@ def test_a_killed_head_ends_in_one_line_and_the_same_command_resumes(
         cluster.kill_head()
         _, alive = psutil.wait_procs(head, timeout=30)
         assert not alive, alive
+        # Held past the driver's one-second head check: its first look after this finds
+        # the head gone, before it commits another shard.
+        time.sleep(1.5)
         job.send_signal(signal.SIGCONT)
         assert job.wait(timeout=120) == 2, log.read_text()[-3000:]
     finally:

@@ -64,7 +64,7 @@ SHARDS_PER_WORKER = 4
 MIN_SHARD_ROWS = 200
 START_GRACE_S = 120.0  # the first worker up waits this long at most for the rest of its wave
 HEARTBEAT_S = 1.0  # how often the driver looks at the head while it waits on workers
-HEAD_MISSES = 3  # the head's GCS refusing connections this many checks in a row: lost
+HEAD_MISSES = 3  # the head's GCS refusing this many connects in a row (0.2 s apart): lost
 ALL_LOST_WAIT_S = 120.0  # every worker lost: how long a replacement may take to start
 
 
@@ -375,7 +375,6 @@ class _Pool:
         self.cpu_at_ready = 0.0
         self.driver_cpu = 0.0
         self.gcs = gcs
-        self._head_misses = 0
         self._all_lost_since: float | None = None
 
     def run(self) -> None:
@@ -386,8 +385,9 @@ class _Pool:
             refs = [*self.running, *self.starting]
             ready, _ = ray.wait(refs, num_returns=1, timeout=HEARTBEAT_S) if refs else ([], [])
             if not ready or time.monotonic() - checked >= HEARTBEAT_S:
-                # Also while results flow: workers outlive a lost head by a minute, then
-                # go all at once; the job stops now, with what it has committed.
+                # Also while results flow (checked before they are committed): workers
+                # outlive a lost head by a minute, then go all at once; the job stops now,
+                # with what it has committed.
                 self._check_cluster()
                 checked = time.monotonic()
             if not ready:
@@ -506,15 +506,10 @@ class _Pool:
             )
             self.waiting_for = 1
             self._wave_member_done()
-        if _reachable(self.gcs):
-            self._head_misses = 0
-        else:
-            self._head_misses += 1
-            if self._head_misses >= HEAD_MISSES:
-                raise _stopped(
-                    self.run_,
-                    f"lost the cluster's head (its GCS at {self.gcs} refuses connections)",
-                )
+        if not _answers(self.gcs, HEAD_MISSES):
+            raise _stopped(
+                self.run_, f"lost the cluster's head (its GCS at {self.gcs} refuses connections)"
+            )
         if self.live or self.running or not self.lost:
             self._all_lost_since = None
             return
@@ -534,6 +529,17 @@ class _Pool:
                 ray.kill(worker, no_restart=True)
             except Exception:  # gone with its node, or the cluster
                 pass
+
+
+def _answers(address: str, tries: int) -> bool:
+    """Whether the head's GCS takes a connection in ``tries`` attempts 0.2 s apart (a
+    loaded head may miss one; a dead one refuses every time, at once)."""
+    for attempt in range(tries):
+        if _reachable(address):
+            return True
+        if attempt < tries - 1:
+            time.sleep(0.2)
+    return False
 
 
 def _reachable(address: str) -> bool:
