@@ -94,7 +94,7 @@ def main() -> None:
         runs.append({"kind": "--ray, multi-node", **summary})
         print(json.dumps(runs[-1]), flush=True)
     finally:
-        cluster.stop()
+        cluster.remove()
     result = {
         "date": dt.date.today().isoformat(),
         "rows": args.rows,

@@ -7,6 +7,7 @@ its own processes (never ``ray stop``, which stops every cluster of the machine)
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -96,6 +97,11 @@ class Cluster:
 
     def kill_head(self) -> None:
         kill_pids(self.head)
+
+    def remove(self) -> None:
+        """Stop it and delete its temp dir (sessions, logs, spilled objects)."""
+        self.stop()
+        shutil.rmtree(self.temp, ignore_errors=True)
 
     def stop(self) -> None:
         kill_pids(self.mine())

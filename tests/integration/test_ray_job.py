@@ -109,7 +109,7 @@ def cluster(moto_url: str) -> Iterator[Cluster]:
         started.start()
         yield started
     finally:
-        started.stop()
+        started.remove()
         assert not started.mine(), "Ray processes left after the module's cluster"
 
 
