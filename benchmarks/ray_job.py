@@ -1,13 +1,14 @@
 """`ember embed` in-process against `ember embed --ray` on this machine: what Ray costs.
 
-The same corpus (seeded sentences of 8-120 words, benchmarks/corpus.py), model, backend
-and shard size, rounds alternating the two so a burst of other load hits both. Each run
-is a fresh process (--ray: a fresh local cluster with ``--ray-workers`` actors). Two
-figures per run: the process's wall time (model loading, Ray's start and stop in it) and
-the job's own rate (its summary), and rows over the time between the first and the last
-shard written (shard files' mtimes: no start-up in it).
+The same corpus (seeded sentences of 8-120 words, benchmarks/corpus.py), model and
+backend, rounds alternating the two so a burst of other load hits both. Each run is a
+fresh process (--ray: a fresh local cluster with ``--ray-workers`` actors, shards sized by
+the job unless ``--shard-rows`` is given). Per run: the process's wall time (model
+loading, Ray's start and stop in it); the job's own rate from its summary (in-process: from
+the first row sent; --ray: from the first worker ready, its ``startup_s`` reported apart);
+and, for --ray, the driver's CPU seconds over that time and the rows each node embedded.
 
-    PYTHONPATH=core:. .venv/bin/python benchmarks/ray_job.py --rows 6000 --rounds 2
+    PYTHONPATH=core:. .venv/bin/python benchmarks/ray_job.py --rows 16000 --rounds 1
 
 Writes results/<date>-ray-job.md and .json.
 """
@@ -42,6 +43,9 @@ def steady_rate(out: Path) -> float:
     return rows / (times[-1] - times[0]) if len(shards) > 1 and times[-1] > times[0] else 0.0
 
 
+EXTRA = ("startup_s", "shard_rows", "driver_cpu_s", "driver_cpu_share", "rows_by_node")
+
+
 def one_run(kind: str, argv: list[str], out: Path, timeout_s: float) -> dict[str, Any]:
     started = time.perf_counter()
     summary = run_job(argv, timeout_s)
@@ -54,6 +58,7 @@ def one_run(kind: str, argv: list[str], out: Path, timeout_s: float) -> dict[str
         "wall_rows_per_s": round(summary["rows"] / wall, 1),
         "job_rows_per_s": summary["rows_per_second"],
         "steady_rows_per_s": round(rate, 1),
+        **{key: summary[key] for key in EXTRA if key in summary},
     }
 
 
@@ -62,15 +67,14 @@ def markdown(result: dict[str, Any]) -> str:
         f"# `ember embed` in-process vs `--ray`, {result['date']}",
         "",
         f"{result['rows']} rows, {result['model']}, {result['backend']}, shards of "
-        f"{result['shard_rows']}, {result['cores']} cores; --ray: a local cluster, "
+        f"{result['shard_rows'] or 'the job default'}, {result['cores']} cores; "
+        "--ray: a local cluster, "
         f"{result['workers']} workers of 1 CPU. Command: `{result['command']}`",
         "",
         "wall: the process, start to exit; job: the summary's own rate (in-process: from "
-        "the first row sent, model loading excluded; --ray: from the run's start, the "
-        "cluster's start and the workers' model loading in it); first-to-last shard: rows "
-        "after the first shard over the time between the two writes (fair to --ray, whose "
-        "shards come back one by one; in-process the first shard waits on the 4,096-row "
-        "window, so it reads high there).",
+        "the first row sent, model loading excluded; --ray: from the first worker ready, "
+        "the cluster's start and the model loads before it: `startup_s`); first-to-last "
+        "shard: rows after the first shard over the time between the two writes.",
         "",
         "| run | wall s | rows/s over wall | job rows/s | first-to-last shard rows/s |",
         "| --- | ---: | ---: | ---: | ---: |",
@@ -80,6 +84,10 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {kind} | {med['wall_s']} | {med['wall_rows_per_s']} | {med['job_rows_per_s']} "
             f"| {med['steady_rows_per_s']} |"
         )
+    ratio = result["medians"]["ray"]["job_rows_per_s"] / max(
+        result["medians"]["in-process"]["job_rows_per_s"], 1e-9
+    )
+    lines += ["", f"--ray / in-process, job rows/s (medians): {ratio:.2f}"]
     lines += ["", "Every run:", "", "```", *map(json.dumps, result["runs"]), "```", ""]
     return "\n".join(lines)
 
@@ -88,7 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=6000)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--shard-rows", type=int, default=500)
+    parser.add_argument("--shard-rows", type=int, default=None, help="default: the job's")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--backend", default="torch:float32")
     parser.add_argument("--model", default=None, help="default: the packaged MiniLM")
@@ -104,7 +112,9 @@ def main() -> None:
     for _ in range(args.rounds):
         for kind in ("in-process", "ray"):
             out = work / f"out-{kind}"
-            extra = ["--shard-rows", str(args.shard_rows)]
+            extra: list[str] = []
+            if args.shard_rows:
+                extra += ["--shard-rows", str(args.shard_rows)]
             if kind == "ray":
                 extra += ["--ray", "--ray-workers", str(args.workers)]
             argv = job_argv(args.backend, model, corpus, out, sys.executable, extra)

@@ -85,8 +85,9 @@ def add_embed_parser(sub: Any, add_settings_arguments: Callable[..., None]) -> N
     embed.add_argument(
         "--shard-rows",
         type=int,
-        default=SHARD_ROWS,
-        help=f"Rows per Parquet shard, the checkpoint unit [{SHARD_ROWS}].",
+        default=None,
+        help=f"Rows per Parquet shard, the checkpoint unit [{SHARD_ROWS}; with --ray: sized "
+        "so every worker gets several shards, at most that].",
     )
     embed.add_argument(
         "--in-flight",
@@ -131,7 +132,11 @@ def add_embed_parser(sub: Any, add_settings_arguments: Callable[..., None]) -> N
         "--ray-cpus-per-worker", type=float, default=1.0, help="CPUs each Ray worker takes [1]."
     )
     embed.add_argument(
-        "--ray-gpus-per-worker", type=float, default=0.0, help="GPUs each Ray worker takes [0]."
+        "--ray-gpus-per-worker",
+        type=float,
+        default=0.0,
+        help="GPUs each Ray worker takes [0]; a fraction shares one GPU (0.5: two workers "
+        "on each).",
     )
     embed.add_argument(
         "--progress",
@@ -160,15 +165,17 @@ def run_embed(args: argparse.Namespace, settings: Any) -> int:
     from ember.errors import ConfigError
     from ember.jobs.inputs import InputSpec
     from ember.jobs.runner import JobOptions, embed_corpus
+    from ember.jobs.store import is_uri
     from ember.logs import configure_logging
 
     configure_logging(settings.log_level, settings.json_logs)
     tracing.configure(otlp_export(settings))  # a span per chunk of rows, or per batch line
     for name in ("shard_rows", "in_flight", "chunk_rows"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
     if args.ray_workers is not None and args.ray_workers < 1:
         raise ConfigError("--ray-workers must be at least 1")
+    _check_worker_size(args.ray_cpus_per_worker, args.ray_gpus_per_worker)
     from ember.jobs.batch import is_batch_file
 
     if is_batch_file(Path(args.input), args.input_format):
@@ -182,7 +189,7 @@ def run_embed(args: argparse.Namespace, settings: Any) -> int:
         id_column=args.id_column,
     )
     options = JobOptions(
-        output=Path(args.output),
+        output=args.output if is_uri(args.output) else Path(args.output),
         output_kind=args.output_kind,
         normalize=args.normalize,
         dimensions=args.dimensions,
@@ -200,6 +207,22 @@ def run_embed(args: argparse.Namespace, settings: Any) -> int:
         summary = _run_ray(args, settings, source, options)
     sys.stdout.write(orjson.dumps(summary.line()).decode() + "\n")
     return 0
+
+
+def _check_worker_size(cpus: float, gpus: float) -> None:
+    """What Ray would refuse later, or wait on forever, refused in one line now: a GPU
+    share is a fraction of one GPU or whole GPUs (0.5 puts two workers on each)."""
+    from ember.errors import ConfigError
+
+    if cpus < 0 or gpus < 0:
+        raise ConfigError("--ray-cpus-per-worker and --ray-gpus-per-worker cannot be negative")
+    if cpus == 0 and gpus == 0:
+        raise ConfigError("a Ray worker needs CPUs or GPUs: --ray-cpus-per-worker is 0")
+    if gpus > 1 and gpus != int(gpus):
+        raise ConfigError(
+            f"--ray-gpus-per-worker {gpus:g}: more than one GPU must be a whole number "
+            "(a fraction of one GPU shares it: 0.5 puts two workers on each)"
+        )
 
 
 def _run_ray(args: argparse.Namespace, settings: Any, source: Any, options: Any) -> Any:
@@ -232,6 +255,7 @@ def _run_batch(args: argparse.Namespace, settings: Any) -> int:
 
     from ember.errors import ConfigError
     from ember.jobs.batch import run_batch_file
+    from ember.jobs.runner import SHARD_ROWS
 
     given = [n for n in BATCH_REFUSED if getattr(args, n) is not None]
     given += [] if args.truncate else ["truncate"]
@@ -243,7 +267,7 @@ def _run_batch(args: argparse.Namespace, settings: Any) -> int:
         Path(args.input),
         Path(args.output),
         in_flight=args.in_flight,
-        commit_lines=args.shard_rows,
+        commit_lines=args.shard_rows or SHARD_ROWS,
         overwrite=args.overwrite,
         progress=args.progress,
     )

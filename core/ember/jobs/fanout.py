@@ -85,7 +85,7 @@ def plan_shards(source: InputSpec, work: Path, shard_rows: int) -> list[ShardTas
     rows (checked, row by row, against each planned shard's digest)."""
     work.mkdir(parents=True, exist_ok=True)
     key = {
-        "input": str(source.path.resolve()),
+        "input": source.identity,
         "text_column": source.text_column,
         "id_column": source.id_column,
         "shard_rows": shard_rows,
@@ -107,11 +107,11 @@ def _check_plan(source: InputSpec, work: Path, tasks: list[ShardTask]) -> None:
     """A plan is reused only over the rows it split: the shards embed its copies of them."""
     advice = "use a new work directory"
     rows = iter(source.rows())
-    verify_rows(rows, tasks, source.path.name, work, advice=advice)
+    verify_rows(rows, tasks, source.name, work, advice=advice)
     if next(rows, None) is not None:
         planned = sum(t.rows for t in tasks)
         raise ConfigError(
-            f"{source.path.name} changed since {work} was planned: it has rows past the "
+            f"{source.name} changed since {work} was planned: it has rows past the "
             f"{planned} planned; {advice}"
         )
 

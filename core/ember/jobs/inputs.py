@@ -70,7 +70,7 @@ def detect_format(path: Path, given: str | None = None) -> Format:
 class InputSpec:
     """Where the corpus is and which columns hold the text and the id."""
 
-    path: Path
+    path: Path | str  # a local file, or a URI pyarrow.fs opens (s3://bucket/corpus.jsonl)
     format: Format
     text_column: str = "text"
     id_column: str | None = None
@@ -84,33 +84,91 @@ class InputSpec:
         text_column: str = "text",
         id_column: str | None = None,
     ) -> InputSpec:
+        from ember.jobs.store import Store, is_uri
+
+        if is_uri(path):
+            store = Store.of(str(path))
+            parent, name = store.root.rsplit("/", 1) if "/" in store.root else ("", store.root)
+            if not Store(store.uri, parent, store.fs).exists(name):
+                raise BadRequest(f"input {path} is not a file")
+            return cls(str(path), detect_format(Path(name), format), text_column, id_column or None)
         path = Path(path)
         if not path.is_file():
             raise BadRequest(f"input {path} is not a file")
         return cls(path, detect_format(path, format), text_column, id_column or None)
+
+    @property
+    def name(self) -> str:
+        """The file's name, for messages."""
+        return str(self.path).rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def identity(self) -> str:
+        """The input as a job records it: a local file's absolute path, or its URI."""
+        return str(self.path) if isinstance(self.path, str) else str(self.path.resolve())
+
+    def open(self) -> Any:
+        """The file, binary and seekable, wherever it is."""
+        if isinstance(self.path, Path):
+            return self.path.open("rb")
+        from ember.jobs.store import Store
+
+        return Store.of(self.path).open_input()
+
+    def offsets(self, start: int, every: int) -> list[int] | None:
+        """Byte offsets of rows ``start``, ``start + every``, ... (one pass over the raw
+        lines, nothing decoded), so a worker reads its shard from there without the rows
+        before it; None for formats read otherwise (Parquet skips row groups, CSV records
+        may span lines)."""
+        if self.format not in ("jsonl", "text"):
+            return None
+        found: list[int] = []
+        with self.open() as fh:
+            index, at = 0, 0
+            while True:
+                line = fh.readline(MAX_ROW_BYTES + 1)
+                if not line:
+                    return found
+                if self.format == "jsonl" and not line.strip():
+                    at += len(line)
+                    continue
+                if index >= start and (index - start) % every == 0:
+                    found.append(at)
+                index += 1
+                at += len(line)
 
     def count_rows(self) -> int:
         """Rows in the file (the progress bar's total): Parquet's footer, else one pass."""
         if self.format == "parquet":
             import pyarrow.parquet as pq
 
-            return pq.ParquetFile(self.path).metadata.num_rows
+            with self.open() as fh:
+                return pq.ParquetFile(fh).metadata.num_rows
         return sum(1 for _ in self._raw_rows())
 
-    def rows(self, start: int = 0, stop: int | None = None) -> Iterator[Row]:
-        """(id, text) for rows ``start`` to ``stop`` (exclusive), in file order."""
+    def rows(
+        self, start: int = 0, stop: int | None = None, offset: int | None = None
+    ) -> Iterator[Row]:
+        """(id, text) for rows ``start`` to ``stop`` (exclusive), in file order; ``offset``
+        (from ``offsets``): where row ``start`` begins in the file, read from there."""
         if self.format == "parquet":
             yield from self._parquet_rows(start, stop)
+            return
+        if offset is not None:
+            raws = enumerate(self._raw_rows(offset), start)
+            for index, raw in itertools.islice(raws, None if stop is None else stop - start):
+                yield self._row(index, raw)
             return
         for index, raw in itertools.islice(enumerate(self._raw_rows()), start, stop):
             yield self._row(index, raw)
 
     # ---- per format --------------------------------------------------------------------
-    def _raw_rows(self) -> Iterator[Any]:
-        """Undecoded rows of a line-based format: lines, CSV records or JSON lines."""
-        with self.path.open("rb") as fh:
+    def _raw_rows(self, offset: int = 0) -> Iterator[Any]:
+        """Undecoded rows of a line-based format: lines, CSV records or JSON lines (from
+        byte ``offset``, a row's start, for the line formats)."""
+        with self.open() as fh:
             self._check_encoding(fh.read(SNIFF_BYTES))
-            fh.seek(0)
+            fh.seek(offset)
             if self.format == "csv":
                 text = io.TextIOWrapper(fh, encoding="utf-8", newline="")
                 reader = csv.DictReader(text)
@@ -118,12 +176,10 @@ class InputSpec:
                     self._check_columns(reader.fieldnames or [])
                     yield from reader
                 except UnicodeDecodeError as exc:  # decoded a block ahead: where is near
-                    where = f"{self.path.name}, near line {reader.line_num + 1},"
+                    where = f"{self.name}, near line {reader.line_num + 1},"
                     raise self._not_utf8(where, exc) from None
                 except csv.Error as exc:  # a field over csv.field_size_limit, a bad quote
-                    raise BadRequest(
-                        f"record {reader.line_num} of {self.path.name}: {exc}"
-                    ) from None
+                    raise BadRequest(f"record {reader.line_num} of {self.name}: {exc}") from None
                 return
             for number in itertools.count(1):
                 line = fh.readline(MAX_ROW_BYTES + 1)
@@ -131,7 +187,7 @@ class InputSpec:
                     return
                 if len(line) > MAX_ROW_BYTES:
                     raise BadRequest(
-                        f"line {number} of {self.path.name} is longer than the "
+                        f"line {number} of {self.name} is longer than the "
                         f"{MAX_ROW_BYTES:,} bytes a row may take"
                     )
                 if self.format == "jsonl" and not line.strip():
@@ -143,17 +199,17 @@ class InputSpec:
             try:
                 text = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as exc:
-                raise self._not_utf8(f"row {index} of {self.path.name}", exc) from None
+                raise self._not_utf8(f"row {index} of {self.name}", exc) from None
             return index, text
         if self.format == "jsonl":
             try:
                 record = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
-                raise BadRequest(f"row {index} of {self.path.name} is not JSON: {exc}") from None
+                raise BadRequest(f"row {index} of {self.name} is not JSON: {exc}") from None
             if isinstance(record, str):  # a line that is just a JSON string is the text
                 return index, record
             if not isinstance(record, dict):
-                raise BadRequest(f"row {index} of {self.path.name} is not a JSON object")
+                raise BadRequest(f"row {index} of {self.name} is not a JSON object")
         else:
             record = raw
         return self._pick(index, record)
@@ -162,18 +218,18 @@ class InputSpec:
         text = record.get(self.text_column)
         if not isinstance(text, str):
             raise BadRequest(
-                f"row {index} of {self.path.name} has no text in column {self.text_column!r} "
+                f"row {index} of {self.name} has no text in column {self.text_column!r} "
                 f"(columns: {', '.join(map(str, record)) or 'none'})"
             )
         if self.id_column is None:
             return index, text
         if self.id_column not in record or record[self.id_column] is None:
-            raise BadRequest(f"row {index} of {self.path.name} has no id {self.id_column!r}")
+            raise BadRequest(f"row {index} of {self.name} has no id {self.id_column!r}")
         row_id = record[self.id_column]
         if self.format == "jsonl" and isinstance(row_id, float) and abs(row_id) >= 2**63:
             # orjson reads an integer past 64 bits as a float: the id would lose digits.
             raise BadRequest(
-                f"row {index} of {self.path.name}: id {row_id:.0f} is too large for a 64-bit "
+                f"row {index} of {self.name}: id {row_id:.0f} is too large for a 64-bit "
                 "integer; write ids this large as strings"
             )
         return row_id, text
@@ -184,13 +240,13 @@ class InputSpec:
         for bom, name in FOREIGN_BOMS:
             if head.startswith(bom):
                 raise BadRequest(
-                    f"{self.path.name} is {name} (it starts with a byte-order mark); "
+                    f"{self.name} is {name} (it starts with a byte-order mark); "
                     f"{self.format} inputs are read as UTF-8: convert it first, e.g. "
                     f"iconv -f {name} -t UTF-8"
                 )
         if b"\x00" in head:
             raise BadRequest(
-                f"{self.path.name} holds NUL bytes, so it is not UTF-8 text (UTF-16 or UTF-32 "
+                f"{self.name} holds NUL bytes, so it is not UTF-8 text (UTF-16 or UTF-32 "
                 f"without a byte-order mark?); {self.format} inputs are read as UTF-8: "
                 "convert it first"
             )
@@ -202,13 +258,16 @@ class InputSpec:
         missing = [c for c in (self.text_column, self.id_column) if c and c not in names]
         if missing:
             raise BadRequest(
-                f"{self.path.name} has no column {missing[0]!r}; its columns: {', '.join(names)}"
+                f"{self.name} has no column {missing[0]!r}; its columns: {', '.join(names)}"
             )
 
     def _parquet_rows(self, start: int, stop: int | None) -> Iterator[Row]:
         import pyarrow.parquet as pq
 
-        file = pq.ParquetFile(self.path)
+        with self.open() as fh:
+            yield from self._parquet_file_rows(pq.ParquetFile(fh), start, stop)
+
+    def _parquet_file_rows(self, file: Any, start: int, stop: int | None) -> Iterator[Row]:
         self._check_columns(file.schema_arrow.names)
         columns = [c for c in (self.text_column, self.id_column) if c]
         stop = file.metadata.num_rows if stop is None else stop

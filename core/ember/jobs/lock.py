@@ -23,9 +23,17 @@ log = logging.getLogger(__name__)
 
 
 @contextmanager
-def hold_output(directory: Path, name: str = LOCK) -> Iterator[None]:
+def hold_output(directory: Path | str, name: str = LOCK) -> Iterator[None]:
     """Hold ``directory`` (created if needed) for this process, or refuse at once; ``name``
-    is the lock file's (a batch job's is its results file's, so two in one directory run)."""
+    is the lock file's (a batch job's is its results file's, so two in one directory run).
+    An object store (``s3://``) has no locks: a second job there is not refused (said)."""
+    from ember.jobs.store import is_uri
+
+    if is_uri(directory):
+        log.warning("%s cannot be locked: run one job on it at a time", directory)
+        yield
+        return
+    directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     fd = os.open(directory / name, os.O_RDWR | os.O_CREAT, 0o644)
     try:

@@ -57,17 +57,22 @@ JOB_REQUEST_TIMEOUT = 7 * 24 * 3600.0
 class JobOptions:
     """What to compute and how to write it (the model comes from ``ServerSettings``)."""
 
-    output: Path
+    output: Path | str  # a directory, or an object-store URI (s3://bucket/prefix)
     output_kind: Output | None = None  # dense | sparse | multi; default: the model's own
     normalize: bool | None = None  # default: the model's
     dimensions: int | None = None
     prompt_name: str | None = None
-    shard_rows: int = SHARD_ROWS
+    shard_rows: int | None = None  # None: SHARD_ROWS in-process; on Ray, sized to the cluster
     in_flight: int = IN_FLIGHT
     chunk_rows: int = CHUNK_ROWS
     overwrite: bool = False
     progress: bool = True
     truncate: bool = True  # off: a row past the model's maximum is refused (_errors.jsonl)
+
+    @property
+    def shard_size(self) -> int:
+        """Rows per shard in one process: the given size, else ``SHARD_ROWS``."""
+        return self.shard_rows or SHARD_ROWS
 
     def embed_request(self, output: Output | None = None) -> EmbedRequest:
         """The engine request every chunk is embedded with (its own inputs put in)."""
@@ -164,7 +169,7 @@ def job_identity(
     """What must not change between a run and its resume (a mix would be one dataset of
     two jobs): the input file, its columns, the model and what is computed from it."""
     return {  # the input's content is checked row by row instead (jobs.digests)
-        "input": str(source.path.resolve()),
+        "input": source.identity,
         "format": source.format,
         "text_column": source.text_column,
         "id_column": source.id_column,
@@ -182,14 +187,20 @@ def job_identity(
     }
 
 
-def open_run(spec: ModelSpec, source: InputSpec, output: str, options: JobOptions) -> JobRun:
+def open_run(
+    spec: ModelSpec,
+    source: InputSpec,
+    output: str,
+    options: JobOptions,
+    shard_rows: int | None = None,
+) -> JobRun:
     """The run over ``options.output`` for this job, as in-process and Ray open it: the
-    same identity and shard size, so either resumes the other's output."""
+    same identity, so either resumes the other's output (shards may differ in size)."""
     return JobRun(
         source,
         options.output,
         job_identity(spec, source, output, options),
-        shard_rows=options.shard_rows,
+        shard_rows=shard_rows or options.shard_size,
         overwrite=options.overwrite,
         progress=options.progress,
     )
@@ -240,7 +251,7 @@ async def _embed_held(engine: Engine, source: InputSpec, options: JobOptions) ->
             engine,
             run.rows,
             output=output,
-            shard_rows=options.shard_rows,
+            shard_rows=options.shard_size,
             in_flight=options.in_flight,
             chunk_rows=options.chunk_rows,
             request=request,

@@ -27,11 +27,14 @@ import numpy as np
 
 from ember.capabilities import Output
 from ember.errors import BadRequest, ConfigError
+from ember.jobs.store import TEMP_SUFFIX, Store, atomic_write
 from ember.outputs import DenseVectors, MultiVectors, OutputValue, SparseVectors, output_type
 
 CHECKPOINT = "_ember_job.json"
 ERRORS = "_errors.jsonl"  # the dead letters: rows the model refused, one JSON line each
-TEMP_SUFFIX = ".tmp"
+# Ray workers write their shards here, under names of their own; the driver renames each to
+# its place in input order. Parquet readers skip ``_`` paths, so this never reads as data.
+STAGING = "_staging"
 
 
 def shard_name(index: int) -> str:
@@ -48,21 +51,10 @@ def same_job(job: dict[str, Any], recorded: dict[str, Any], holds: str) -> None:
         )
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + TEMP_SUFFIX)
-    try:
-        with tmp.open("wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a full disk: give back what the attempt took
-        raise
-    _sync_dir(path.parent)
+_atomic_write = atomic_write  # the name fanout and batch results import
 
 
-def write_failed(directory: Path, exc: OSError) -> ConfigError:
+def write_failed(directory: Path | str, exc: OSError) -> ConfigError:
     """A failed write (a full disk, a quota, a file-size limit) as the one line a job ends
     with: the checkpoint on disk is the last one written whole, so the job resumes."""
     # os.strerror: pyarrow's own strerror repeats itself ("Error writing bytes... Detail: ...").
@@ -73,20 +65,6 @@ def write_failed(directory: Path, exc: OSError) -> ConfigError:
     )
 
 
-def _sync_dir(directory: Path) -> None:
-    """Make a rename durable (the directory entry), where the OS allows it."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 @dataclass
 class Shard:
     name: str
@@ -94,6 +72,18 @@ class Shard:
     rows: int  # input rows it covers: those in the file and the ``errors`` refused
     digest: str | None = None  # of the input rows it was computed from (jobs.digests)
     errors: int = 0  # rows refused by the model, in the dataset's ``_errors.jsonl``
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A shard a Ray worker wrote under ``STAGING`` (its own name), waiting for the driver
+    to give it its place in the dataset: what the checkpoint will say of it."""
+
+    file: str  # its name under STAGING
+    start: int
+    rows: int
+    digest: str
+    errors: tuple[dict[str, Any], ...] = ()  # its dead letters, positions in the whole input
 
 
 @dataclass
@@ -119,7 +109,11 @@ class Checkpoint:
 
     @classmethod
     def read(cls, path: Path) -> Checkpoint:
-        raw = json.loads(path.read_text())
+        return cls.parse(path.read_bytes())
+
+    @classmethod
+    def parse(cls, data: bytes) -> Checkpoint:
+        raw = json.loads(data)
         return cls(
             job=raw["job"],
             shards=[Shard(**s) for s in raw["shards"]],
@@ -129,81 +123,95 @@ class Checkpoint:
 
 
 class Dataset:
-    """One output directory: its checkpoint and its shards."""
+    """One output (a local directory or an object-store prefix): its checkpoint and shards."""
 
-    def __init__(self, directory: Path) -> None:
-        self.dir = directory
+    def __init__(self, directory: Path | str | Store) -> None:
+        self.store = Store.of(directory)
+
+    @property
+    def dir(self) -> Path:
+        """The local directory (fan-out joins link files there)."""
+        return self.store.dir
 
     @property
     def checkpoint_path(self) -> Path:
         return self.dir / CHECKPOINT
 
-    def open(self, job: dict[str, Any], *, overwrite: bool = False) -> Checkpoint:
-        """The checkpoint to continue from (a new one for a new job), with the directory
-        cleared of everything it does not name."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        checkpoint = None
-        if self.checkpoint_path.exists() and not overwrite:
-            checkpoint = Checkpoint.read(self.checkpoint_path)
-            same_job(job, checkpoint.job, f"{self.dir} holds another job's output")
-        elif any(self.dir.glob("part-*.parquet")) and not overwrite:
-            raise ConfigError(
-                f"{self.dir} holds Parquet shards but no {CHECKPOINT}; write to a new --output, "
-                "or pass --overwrite"
-            )
-        checkpoint = checkpoint or Checkpoint(job=job)
-        self._clean(checkpoint)
-        self.save(checkpoint)
-        return checkpoint
-
     @property
     def errors_path(self) -> Path:
         return self.dir / ERRORS
 
-    def _clean(self, checkpoint: Checkpoint) -> None:
+    def open(self, job: dict[str, Any], *, overwrite: bool = False) -> Checkpoint:
+        """The checkpoint to continue from (a new one for a new job), with the directory
+        cleared of everything it does not name."""
+        store = self.store
+        try:
+            store.make()
+            names = store.names()
+        except OSError as exc:
+            raise write_failed(store, exc) from None
+        checkpoint = None
+        if CHECKPOINT in names and not overwrite:
+            checkpoint = Checkpoint.parse(store.read_bytes(CHECKPOINT))
+            same_job(job, checkpoint.job, f"{store} holds another job's output")
+        elif any(n.startswith("part-") and n.endswith(".parquet") for n in names) and not overwrite:
+            raise ConfigError(
+                f"{store} holds Parquet shards but no {CHECKPOINT}; write to a new --output, "
+                "or pass --overwrite"
+            )
+        checkpoint = checkpoint or Checkpoint(job=job)
+        self._clean(checkpoint, names)
+        self.save(checkpoint)
+        return checkpoint
+
+    def _clean(self, checkpoint: Checkpoint, names: list[str]) -> None:
+        store = self.store
         self._cut_errors(checkpoint.errors)
         keep = {s.name for s in checkpoint.shards}
-        for path in self.dir.iterdir():
-            leftover = path.name.endswith(TEMP_SUFFIX) or (
-                path.name.startswith("part-") and path.name not in keep
-            )
-            if leftover and path.is_file():
-                path.unlink()
+        for name in names:
+            if name.endswith(TEMP_SUFFIX) or (name.startswith("part-") and name not in keep):
+                store.delete(name)
+        store.delete_dir(STAGING)  # shards Ray workers wrote that no checkpoint names
+        present = set(names)
         for shard in checkpoint.shards:
-            if not (self.dir / shard.name).is_file():
+            if shard.name not in present:
                 raise ConfigError(
-                    f"{self.dir / shard.name} is listed in {CHECKPOINT} but missing; the "
+                    f"{store.display(shard.name)} is listed in {CHECKPOINT} but missing; the "
                     "output was changed by hand: pass --overwrite to start again"
                 )
 
     def _cut_errors(self, lines: int) -> None:
         """Keep the dead letters of the listed shards: lines appended for a shard a kill
         left unrecorded would be written again by the resume."""
-        if not self.errors_path.exists():
+        store = self.store
+        if not store.exists(ERRORS):
             return
-        with self.errors_path.open("rb+") as fh:
-            for _ in range(lines):
-                if not fh.readline():
-                    break
-            fh.truncate(fh.tell())
+        if store.local:
+            with self.errors_path.open("rb+") as fh:
+                for _ in range(lines):
+                    if not fh.readline():
+                        break
+                fh.truncate(fh.tell())
+            return
+        data = store.read_bytes(ERRORS)
+        kept = b"".join(data.splitlines(keepends=True)[:lines])
+        if kept != data:
+            store.write_bytes(ERRORS, kept)
 
     def _append_errors(self, errors: Sequence[dict[str, Any]]) -> None:
         import orjson
 
         data = b"".join(orjson.dumps(e, default=str) + b"\n" for e in errors)
         try:
-            with self.errors_path.open("ab") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+            self.store.append_bytes(ERRORS, data)
         except OSError as exc:
-            raise write_failed(self.dir, exc) from None
+            raise write_failed(self.store, exc) from None
 
     def save(self, checkpoint: Checkpoint) -> None:
         try:
-            _atomic_write(self.checkpoint_path, checkpoint.to_json())
+            self.store.write_bytes(CHECKPOINT, checkpoint.to_json())
         except OSError as exc:
-            raise write_failed(self.dir, exc) from None
+            raise write_failed(self.store, exc) from None
 
     def write_shard(
         self,
@@ -216,8 +224,6 @@ class Dataset:
         input rows): the order that makes a kill between the two leave only a file the next
         run deletes. ``errors``: the dead letters of the shard's refused rows, appended
         first (the shard covers ``table``'s rows and theirs)."""
-        import pyarrow.parquet as pq
-
         shard = Shard(
             shard_name(len(checkpoint.shards)),
             checkpoint.rows_done,
@@ -227,19 +233,47 @@ class Dataset:
         )
         if errors:
             self._append_errors(errors)
-        path = self.dir / shard.name
-        tmp = path.with_name(path.name + TEMP_SUFFIX)
         try:
-            pq.write_table(table, tmp)
-            with tmp.open("rb") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            self.store.write_table(shard.name, table)
         except OSError as exc:  # pyarrow's IO errors are OSError too
-            tmp.unlink(missing_ok=True)
-            raise write_failed(self.dir, exc) from None
+            raise write_failed(self.store, exc) from None
         checkpoint.shards.append(shard)
         self.save(checkpoint)
         return shard
+
+    def commit(self, checkpoint: Checkpoint, staged: Sequence[Staged]) -> None:
+        """Give shards Ray workers wrote (in input order, the next after the checkpoint's)
+        their places: dead letters appended, each file renamed to its shard name, then one
+        checkpoint naming them all. The driver moves names only, never a vector."""
+        letters = [e for s in staged for e in s.errors]
+        if letters:
+            self._append_errors(letters)
+        for item in staged:
+            if item.start != checkpoint.rows_done:
+                raise ConfigError(
+                    f"a worker's shard starts at row {item.start}, the dataset at "
+                    f"{checkpoint.rows_done}: rerun the same command to resume"
+                )
+            shard = Shard(
+                shard_name(len(checkpoint.shards)),
+                item.start,
+                item.rows,
+                item.digest,
+                len(item.errors),
+            )
+            staged_name = f"{STAGING}/{item.file}"
+            if not self.store.exists(staged_name):
+                raise ConfigError(
+                    f"{self.store.display(staged_name)} was written by a Ray worker but this "
+                    "driver does not see it: the output must be storage every node sees (a "
+                    "shared directory, or s3://...)"
+                )
+            try:
+                self.store.move(staged_name, shard.name)
+            except OSError as exc:
+                raise write_failed(self.store, exc) from None
+            checkpoint.shards.append(shard)
+        self.save(checkpoint)
 
 
 # ---- rows -> Arrow ---------------------------------------------------------------------

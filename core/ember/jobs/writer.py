@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +27,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class JobSummary:
-    output: Path
+    output: Path | str
     rows: int  # input rows done: embedded into the dataset, or refused
     rows_this_run: int
     seconds: float  # of this run's embedding, model loading excluded
     shards: int
     resumed_from: int  # rows already done when this run started
     errors: int = 0  # rows refused by the model (in ``_errors.jsonl``), of ``rows``
+    # What only a Ray run says: its start (cluster, workers' model loads: not in
+    # ``seconds``), the driver's own CPU seconds, and the rows each node's workers embedded.
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rows_per_second(self) -> float:
@@ -50,6 +53,7 @@ class JobSummary:
             "shards": self.shards,
             "seconds": round(self.seconds, 3),
             "rows_per_second": round(self.rows_per_second, 1),
+            **self.extra,
         }
 
 
@@ -61,7 +65,7 @@ class JobRun:
     def __init__(
         self,
         source: InputSpec,
-        output: Path,
+        output: Path | str,
         job: dict[str, Any],
         *,
         shard_rows: int,
@@ -74,7 +78,7 @@ class JobRun:
         self.dataset = Dataset(output)
         self.checkpoint = checkpoint = self.dataset.open(job, overwrite=overwrite)
         self.resumed_from = done = checkpoint.rows_done
-        verify_rows(source.rows(0, done), checkpoint.shards, source.path.name, output)
+        verify_rows(source.rows(0, done), checkpoint.shards, source.name, output)
         self.finished = checkpoint.complete
         if checkpoint.complete:
             if next(iter(source.rows(done, done + 1)), None) is None:
@@ -110,10 +114,9 @@ class JobRun:
         """The next shard: the rows ``ids`` (as ``rows`` gave them), ``embeddings`` the
         Arrow column of those not ``refused`` ((index in ``ids``, error) each)."""
         self.id_type = self.id_type or id_type_of(ids[:1000])
-        gone = {i for i, _ in refused}
-        kept = [row_id for i, row_id in enumerate(ids) if i not in gone] if gone else ids
-        table = rows_table(kept, embeddings, self.id_type)
-        errors = dead_letters(ids, self.checkpoint.rows_done, refused)
+        table, errors = shard_parts(
+            ids, embeddings, refused, self.id_type, self.checkpoint.rows_done
+        )
         self.dataset.write_shard(self.checkpoint, table, self.rows.next_digest(), errors)
 
     def finish(self) -> JobSummary:
@@ -141,10 +144,22 @@ class JobRun:
         self.bar.close()
 
 
+def shard_parts(
+    ids: Sequence[Any],
+    embeddings: Any,
+    refused: Sequence[tuple[int, str]],
+    id_type: Any,
+    start: int,
+) -> tuple[Any, list[dict[str, Any]]]:
+    """A shard's (id, embedding) table and the dead letters of its refused rows, the shard
+    beginning at input row ``start``: the one recipe in-process and Ray workers write by."""
+    gone = {i for i, _ in refused}
+    kept = [row_id for i, row_id in enumerate(ids) if i not in gone] if gone else ids
+    return rows_table(kept, embeddings, id_type), dead_letters(ids, start, refused)
+
+
 def _id_type(dataset: Dataset, checkpoint: Checkpoint) -> Any:
     """The id type earlier shards were written with (None before the first)."""
     if not checkpoint.shards:
         return None
-    import pyarrow.parquet as pq
-
-    return pq.read_schema(dataset.dir / checkpoint.shards[0].name).field("id").type
+    return dataset.store.read_schema(checkpoint.shards[0].name).field("id").type

@@ -95,23 +95,25 @@ class Embedder:
             return self._arrow(batch, values)
         return self._numpy(batch, values)
 
-    def embed(self, texts: Sequence[Any]) -> list[Any]:
-        """Each text's embedding, or ``Refused`` (a value not text is refused too)."""
+    def embed(self, texts: Sequence[Any], *, in_flight: int | None = None) -> list[Any]:
+        """Each text's embedding, or ``Refused`` (a value not text is refused too);
+        ``in_flight``: this call's window, when several calls share the engine's queue."""
         rows = [(i, t) for i, t in enumerate(texts) if isinstance(t, str)]
         values: list[Any] = [Refused("no text in the row")] * len(texts)
         if rows:
-            for (i, _), value in zip(rows, self.loop.run(self._embed(rows)), strict=True):
+            window = in_flight or self.in_flight
+            for (i, _), value in zip(rows, self.loop.run(self._embed(rows, window)), strict=True):
                 values[i] = value
         return values
 
-    async def _embed(self, rows: list[tuple[int, str]]) -> list[Any]:
+    async def _embed(self, rows: list[tuple[int, str]], in_flight: int) -> list[Any]:
         out: list[Any] = []
         async for _, values in embed_rows(
             self.engine,
             rows,
             output=self.output,
             shard_rows=len(rows),
-            in_flight=self.in_flight,
+            in_flight=in_flight,
             chunk_rows=self.chunk_rows,
             request=self.request,
             refuse_rows=True,
