@@ -46,11 +46,11 @@ sys.path[:0] = [str(REPO / "core"), str(REPO)]
 
 from benchmarks import corpus as corpus_mod  # noqa: E402
 from benchmarks import loadgen  # noqa: E402
+from benchmarks import run as bench_run  # noqa: E402
 from benchmarks.flops import model_shape  # noqa: E402
 from benchmarks.gpu_bench import DENSE_BF16_TFLOPS  # noqa: E402
 
-HOST = "127.0.0.1"
-MODEL_NAME = "bench"
+HOST, MODEL_NAME = bench_run.HOST, bench_run.MODEL_NAME
 LOADS = {  # name -> (inputs per request, clients)
     "a": (16, 8),
     "b": (32, 8),
@@ -224,16 +224,8 @@ class Server:
     path: str
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 def ember(python: str, model: Path, device: str, dtype: str, extra: Sequence[str]) -> Server:
-    port = free_port()
+    port = bench_run.free_port()
     argv = [
         python, "-m", "ember", "serve", "--model-id", str(model),
         "--served-model-name", MODEL_NAME, "--device", device, "--dtype", dtype,
@@ -243,7 +235,7 @@ def ember(python: str, model: Path, device: str, dtype: str, extra: Sequence[str
 
 
 def infinity(python: str, model: Path, device: str, dtype: str) -> Server:
-    port = free_port()
+    port = bench_run.free_port()
     argv = [
         python, "-c", "from infinity_emb.cli import cli; cli()", "v2",
         "--model-id", str(model), "--served-model-name", MODEL_NAME, "--engine", "torch",
@@ -276,20 +268,8 @@ def start(server: Server, pythonpath: str, log: Path, timeout_s: float) -> subpr
         except httpx.HTTPError:
             pass
         time.sleep(0.5)
-    stop(proc)
+    bench_run.stop(proc)
     raise RuntimeError(f"{server.name} not ready in {timeout_s:.0f} s: {tail(log)}")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    import signal
-
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
 
 
 def tail(log: Path) -> str:
@@ -494,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(json.dumps(asdict(row)), flush=True)
                 rows.append(row)
         finally:
-            stop(proc)
+            bench_run.stop(proc)
     result = {
         "date": dt.date.today().isoformat(),
         "facts": facts,

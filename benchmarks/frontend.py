@@ -48,6 +48,7 @@ from benchmarks import loadgen  # noqa: E402
 from benchmarks import run as bench_run  # noqa: E402
 from benchmarks.static_served import build_static  # noqa: E402
 
+JSON = {"content-type": "application/json"}
 # (inputs per request, connections): "one" as the standard load b, "many" as load a.
 LOADS = {"one": (1, 32), "many": (32, 4)}
 
@@ -110,7 +111,6 @@ def same_vectors(urls: dict[str, str], body: bytes) -> float:
     return bench_run.cosine_worst(answers[0], answers[1])
 
 
-JSON = {"content-type": "application/json"}
 WRK_LUA = """wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = [==[{body}]==]
