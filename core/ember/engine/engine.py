@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 # tokens cost more each than short ones' (MiniLM on 2 cores: 256-token texts ran at 0.8x
 # the tokens/s of 16-token ones).
 CPU_WARM_UP_LENGTH = 512
+# The CPU warm-up's first, unmeasured pass per forward thread: a few tokens (see _warm_up).
+CPU_COLD_PASS_LENGTH = 16
 # What each model embeds, reranks or classifies as its first request: ordinary English, so
 # that the characters per token measured from it (``TextCost``) price the first requests
 # that follow about right, as "warm-up" (1.4 characters a token) did not.
@@ -183,9 +185,9 @@ class Engine:
         out of device memory shows at start, not under load. On CPU memory grows on demand
         and kernels are not shape-specialised, and a largest-shape batch was 80% of the
         cold start (4.4 of 5.5 s for MiniLM on ct2), so one batch of a few hundred tokens
-        warms the threads. The batch runs twice; the second, warm, run is the first
-        measured rate admission prices a request's own cost at (a cold server admits any
-        size).
+        warms the threads. The batch runs after a cold pass (on CPU a short one); that second,
+        warm, run is the first measured rate admission prices a request's own cost at (a
+        cold server admits any size).
         """
         assert self.batcher and self.processor and self.backend
         started = time.perf_counter()
@@ -197,10 +199,16 @@ class Engine:
             count = max(1, min(self.batcher.max_batch_size, wanted))
         outputs = self.family.outputs
         largest = [Piece(self.processor.filler(length), outputs[0])] * count
+        first = largest
+        if self.backend.info.device == "cpu":
+            # The cold pass only starts threads and allocates: a short one does that on CPU,
+            # where kernels are not shape-specialised (two full passes were 0.45-0.55 s of
+            # the slim image's ~3 s to ready on a 2-core host).
+            first = [Piece(self.processor.filler(CPU_COLD_PASS_LENGTH), outputs[0])]
         # Once per forward worker at the same time, so every worker thread is warm too.
-        for measure in (False, True):
+        for batch, measure in ((first, False), (largest, True)):
             await asyncio.gather(
-                *(self.batcher.run_direct(largest, measure) for _ in range(self.batcher.workers))
+                *(self.batcher.run_direct(batch, measure) for _ in range(self.batcher.workers))
             )
         for output in outputs:
             if embeds(output):
