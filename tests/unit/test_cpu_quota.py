@@ -77,3 +77,19 @@ def test_no_cgroup_and_an_affinity_smaller_than_the_quota(
     _v2(node_of_64, "/", {"/": "800000 100000"})
     monkeypatch.setattr(cpu.os, "sched_getaffinity", lambda pid: {0, 1, 2})
     assert cpu.cpu_count() == 3
+
+
+def test_a_ray_worker_pins_no_more_cores_than_the_quota(
+    node_of_64: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ray node started with more CPUs than its 2-CPU pod may use grants a worker 8: it
+    pins to 2 cores (its engine then plans 2 forwards), not to 8; within the quota a grant
+    pins as it is."""
+    from ember.ray import cores
+
+    pinned: list[list[int]] = []
+    monkeypatch.setattr(cores.os, "sched_setaffinity", lambda pid, mask: pinned.append(mask))
+    monkeypatch.setattr(cores, "LOCKS", node_of_64 / "locks")
+    _v2(node_of_64, "/", {"/": "200000 100000"})
+    assert cores.claim_cores(8) == [0, 1] and pinned == [[0, 1]]
+    assert cores.claim_cores(1) == [2]  # cores 0 and 1 are held by the first claim

@@ -78,3 +78,23 @@ def test_fractional_and_whole_gpu_shares_are_taken(cpus: float, gpus: float) -> 
     from ember.jobs.command import _check_worker_size
 
     _check_worker_size(cpus, gpus)
+
+
+def test_a_local_cluster_has_the_cpus_the_cgroup_quota_allows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The job's own local cluster gets ``ember.cpu.cpu_count()`` CPUs (affinity capped by
+    the cgroup quota), as an in-process job plans for; a joined cluster keeps its own."""
+    from ember.ray import job
+
+    calls: list[dict] = []
+    monkeypatch.setattr(job.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(job.ray, "init", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(job.ray, "shutdown", lambda: None)
+    monkeypatch.setattr(job, "cpu_count", lambda: 2)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with job.cluster(None):
+        pass
+    with job.cluster("127.0.0.1:6379"):
+        pass
+    assert calls[0]["num_cpus"] == 2 and "num_cpus" not in calls[1]

@@ -39,6 +39,7 @@ from typing import Any
 import ray
 
 from ember.config import ServerSettings
+from ember.cpu import cpu_count
 from ember.errors import ConfigError, EmberError
 from ember.jobs.inputs import InputSpec
 from ember.jobs.lock import hold_output
@@ -186,8 +187,10 @@ def cluster(address: str | None) -> Iterator[None]:
     try:
         ray.init(
             address=address or None,
-            # a cluster of this machine only: its servers listen on loopback
-            **({"_node_ip_address": "127.0.0.1"} if local else {}),
+            # a cluster of this machine only: its servers listen on loopback, and it has the
+            # CPUs this process may use (affinity capped by the cgroup quota), as an
+            # in-process job plans for
+            **({"_node_ip_address": "127.0.0.1", "num_cpus": cpu_count()} if local else {}),
             include_dashboard=False,
             log_to_driver=False,  # the workers' model-loading chatter; errors come back raised
             logging_level=logging.WARNING,
