@@ -131,7 +131,10 @@ RUN --mount=type=secret,id=HF_TOKEN,required=false \
 COPY pyproject.toml README.md LICENSE ./
 COPY core core
 # Each model's `ember export --backend onnx` directory, at /models/<its id>: the graph,
-# tokenizer, config and pooling files (no torch weights), served as it is.
+# tokenizer, config and pooling files (no torch weights), served as it is. An export's bytes
+# depend only on its inputs (the graph is deterministic, the manifest has no timings) and
+# its files' times are set to the epoch, so an edit to core/ re-runs this step but leaves the
+# `cpu` image's /models layer the same: registries and nodes keep it, only Ember's moves.
 RUN pip install --no-deps -c /tmp/constraints.txt . \
     && echo "${MODEL_ID:-sentence-transformers/all-MiniLM-L6-v2}" | tr ';' '\n' > /tmp/ids \
     && echo "${MODEL_REVISION}" | tr ';' '\n' > /tmp/revisions \
@@ -142,7 +145,8 @@ RUN pip install --no-deps -c /tmp/constraints.txt . \
         source="$id"; if [ -z "$MODEL_ID" ]; then source=""; fi; \
         HF_HUB_OFFLINE=1 EMBER_MODEL_ID="$source" EMBER_REVISION="$revision" \
             EMBER_LOG_LEVEL=warning ember export --backend onnx --output "/models/$id" || exit 1; \
-    done < /tmp/ids
+    done < /tmp/ids \
+    && find /models -exec touch --no-dereference --date=@0 {} +
 
 # ---------------------------------------------------------------------------------- cuda
 # torch and every extra the general image serves (media included), onnxruntime-gpu

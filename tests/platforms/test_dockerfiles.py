@@ -375,3 +375,19 @@ def test_images_importing_the_core_from_source_pin_uvicorns_standard_extras(sect
     pinned = {_name(line.split(";")[0]) for line in constraints_section(section)}
     standard = {"httptools", "uvloop", "watchfiles", "websockets", "python-dotenv", "pyyaml"}
     assert standard <= pinned, sorted(standard - pinned)
+
+
+def test_the_baked_graphs_layer_depends_only_on_the_exporters_inputs() -> None:
+    """An edit to core/ re-runs the convert stage's export, but the `cpu` image's /models
+    layer must come out the same (tests/integration/test_export.py checks the bytes): the
+    export step sets its files' times to the epoch, and the `cpu` stage copies /models
+    before its code."""
+    by_name = {
+        steps[-1 - [k for k, _ in reversed(steps)].index("FROM")][1].split()[-1]: steps
+        for steps in stages(instructions((REPO / "Dockerfile").read_text()))
+    }
+    (export,) = [r for k, r in by_name["convert"] if k == "RUN" and "ember export" in r]
+    assert export.endswith("find /models -exec touch --no-dereference --date=@0 {} +")
+    copies = [r for k, r in by_name["cpu"] if k == "COPY"]
+    models = copies.index("--from=convert --chown=10001:10001 /models /models")
+    assert models < max(i for i, r in enumerate(copies) if r.endswith("core"))

@@ -238,11 +238,11 @@ def convert(model: ResolvedModel, plan: Plan, out_dir: Path, say: Progress) -> d
         "compute_type": plan.compute_type,
         "head": kind,
         "source": str(model.path),
-        "seconds": round(time.monotonic() - started, 1),
         "options": build_options(plan),
     }
     artifacts.write_manifest(out_dir, manifest)
-    say(f"converted ({plan.compute_type}, head: {kind}) in {manifest['seconds']} s")
+    seconds = time.monotonic() - started
+    say(f"converted ({plan.compute_type}, head: {kind}) in {seconds:.1f} s")
     return manifest
 
 

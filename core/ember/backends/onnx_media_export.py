@@ -258,11 +258,11 @@ def _build(
         "fused_ops": fused,
         "int8_nodes": quantized,
         "source": str(model.path),
-        "seconds": round(time.monotonic() - started, 1),
         "options": build_options(model, plan),
     }
     artifacts.write_manifest(out_dir, manifest)
-    say(f"wrote {out_dir} in {manifest['seconds']} s (fused: {fused}, int8 nodes: {quantized})")
+    seconds = time.monotonic() - started
+    say(f"wrote {out_dir} in {seconds:.1f} s (fused: {fused}, int8 nodes: {quantized})")
     return manifest
 
 
