@@ -53,6 +53,21 @@ def minilm_graphs(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -
 
 
 @pytest.fixture(scope="session")
+def minilm_ir(tmp_path_factory: pytest.TempPathFactory, minilm_graphs: dict[str, Path]) -> Path:
+    """MiniLM as sentence-transformers saves it with ``backend="openvino"`` and no ONNX
+    graph beside it: ``openvino/openvino_model.xml`` (+ ``.bin``, float32 weights), here
+    converted from the hub graph with OpenVINO's own converter."""
+    import openvino
+
+    folder = tmp_path_factory.mktemp("ir") / "minilm-openvino"
+    shutil.copytree(minilm_graphs["hub"], folder, ignore=shutil.ignore_patterns("onnx"))
+    (folder / "openvino").mkdir()
+    graph = openvino.convert_model(str(minilm_graphs["hub"] / "onnx" / "model.onnx"))
+    openvino.save_model(graph, folder / "openvino" / "openvino_model.xml", compress_to_fp16=False)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def tiny_reranker_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.fixtures.tiny_models import build_tiny_reranker
 

@@ -1,11 +1,12 @@
 """Serving with neither torch nor transformers importable (the torch-free install,
-``ember[cpu]``): MiniLM's graph as a hub repo ships it (``onnx/model.onnx``) and as
-``ember export`` writes it, under ``--backend auto``, at the near-exact path (OpenVINO
-bf16) with the CPU kind forced, so that path is checked on any x86 host; vectors within
-its stated tolerance of sentence-transformers' (torch, in this process). A model that ships
-no graph is refused in one line naming ``ember[export]``. The default this host's CPU gets,
-served by a venv where torch was never installed (the wheel's ``ember[cpu]``), is
-tests/platforms/test_release.py's.
+``ember[cpu]``): MiniLM's graph as a hub repo ships it (``onnx/model.onnx``), as ``ember
+export`` writes it and as sentence-transformers saves an OpenVINO model
+(``openvino/openvino_model.xml``, no ONNX graph), under ``--backend auto``, at the
+near-exact path (OpenVINO bf16) with the CPU kind forced, so that path is checked on any x86
+host; vectors within its stated tolerance of sentence-transformers' (torch, in this
+process). A model that ships no graph is refused in one line naming ``ember[export]``. The
+default this host's CPU gets, served by a venv where torch was never installed (the wheel's
+``ember[cpu]``), is tests/platforms/test_release.py's (the IR's, here).
 
 The server and every child it starts (the graph's optimisation runs in one) import a
 ``sitecustomize`` that makes ``torch``, ``transformers`` and ``sentence_transformers``
@@ -70,22 +71,45 @@ def reference(minilm_path: Path) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def bf16_default(
-    minilm_graphs: dict[str, Path], blocker: Path, tmp_path_factory: pytest.TempPathFactory
+    minilm_graphs: dict[str, Path],
+    minilm_ir: Path,
+    blocker: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ServerProcess]:
     """The default on a CPU that multiplies bf16 natively (the kind forced, as
     tests/integration/test_near_exact_serving.py does; OpenVINO computes the bf16 hint in
     fp32 where the host has no bf16, in bf16 where it has)."""
     cache = tmp_path_factory.mktemp("cache-bf16")
     env = _env(blocker, cache, TORCH_FREE_TEST_NATIVE_BF16="avx512_bf16")
-    yield from serve_graphs(
-        [sys.executable, "-m", "ember"], minilm_graphs, env, cache / "server.log"
-    )
+    graphs = {**minilm_graphs, "openvino": minilm_ir}
+    yield from serve_graphs([sys.executable, "-m", "ember"], graphs, env, cache / "server.log")
 
 
 def test_the_near_exact_default_serves_torch_free(
     bf16_default: ServerProcess, reference: np.ndarray
 ) -> None:
-    check_served(bf16_default, reference, ("openvino", "bfloat16"))
+    """The hub graph, the export and the shipped OpenVINO IR (its bf16 probed against the
+    IR at f32), each at the near-exact path."""
+    check_served(bf16_default, reference, ("openvino", "bfloat16"), ("hub", "exported", "openvino"))
+
+
+def test_a_shipped_openvino_ir_serves_torch_free_at_this_hosts_default(
+    minilm_ir: Path, blocker: Path, tmp_path: Path, reference: np.ndarray
+) -> None:
+    """A folder with only ``openvino/openvino_model.xml`` (as sentence-transformers saves
+    it), on this host's own CPU kind: OpenVINO over the IR at float32 (bf16 where the CPU
+    has it natively and the probe holds), the same tokenisation and pooling as torch."""
+    from ember import cpu
+
+    env = _env(blocker, tmp_path / "cache")
+    command = [sys.executable, "-m", "ember"]
+    graphs = {"openvino": minilm_ir}
+    server = serve_graphs(command, graphs, env, tmp_path / "server.log")
+    try:
+        expected = ("openvino", "bfloat16" if cpu.native_bf16() else "float32")
+        check_served(next(server), reference, expected, ("openvino",))
+    finally:
+        server.close()
 
 
 def test_a_model_without_a_graph_is_refused_naming_the_export_extra(

@@ -127,3 +127,40 @@ def test_legacy_weights_are_fetched_only_where_no_safetensors_are(
     assert calls == [resolve.HUB_PATTERNS, resolve.LEGACY_WEIGHT_PATTERNS]
     assert resolve.needs_legacy_weights(tmp_path / "old")
     assert not resolve.needs_legacy_weights(tmp_path / "new")
+
+
+def test_a_torch_free_install_fetches_the_openvino_ir_only_where_no_onnx_graph_ships(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without torch, a hub repo with no ONNX graph fetches its OpenVINO IR (the one graph
+    such an install can serve); with a graph, or with torch to export one, it does not."""
+    import huggingface_hub
+
+    import ember.installed
+    from ember.models import resolve
+
+    calls: list[list[str]] = []
+
+    def snapshot(repo_id: str, *, allow_patterns: list[str], **_: object) -> str:
+        calls.append(allow_patterns)
+        root = tmp_path / repo_id
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "config.json").write_text('{"model_type": "bert"}')
+        (root / "model.safetensors").write_bytes(b"")
+        if repo_id == "with-graph":
+            (root / "onnx").mkdir(exist_ok=True)
+            (root / "onnx" / "model.onnx").write_bytes(b"")
+        return str(root)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(ember.installed, "torch_installed", lambda: False)
+    resolve._download("ir-only", None)
+    assert calls == [resolve.HUB_PATTERNS, resolve.OPENVINO_PATTERNS]
+    calls.clear()
+    resolve._download("with-graph", None)
+    assert calls == [resolve.HUB_PATTERNS]
+    calls.clear()
+    monkeypatch.setattr(ember.installed, "torch_installed", lambda: True)
+    resolve._download("ir-only", None)
+    assert calls == [resolve.HUB_PATTERNS]

@@ -58,7 +58,7 @@ def load_backend(model: ResolvedModel) -> Backend:
     try:
         backend = _load(choice.backend, model.on_backend(choice.backend, choice.device))
     except Exception as exc:
-        if choice.backend == "torch" or choice.exported or choice.only:
+        if choice.backend == "torch" or choice.exported or choice.only or choice.shipped:
             raise
         if choice.backend == "onnx" and not torch_installed():
             raise  # torch is not there to fall back on: the failure itself is the news

@@ -7,7 +7,9 @@ idled at 264 MiB against 542 and answered one short sentence in 5.4 ms against 1
 (benchmarks/results/2026-11-30-cpu-fastpath.md). Torch stays the choice wherever ORT
 cannot run the model as asked: an accelerator, a dtype ORT has no CPU kernels for,
 ``--torch-compile``, or remote code that may not export. A directory written by
-``ember export`` is served by the backend that wrote it.
+``ember export`` is served by the backend that wrote it; one that ships an OpenVINO IR
+(``openvino/openvino_model.xml``, as sentence-transformers saves it) and no ONNX graph is
+served from that IR by OpenVINO on a CPU, torch-free, at auto's near-exact default.
 
 CLIP goes the same way (its family's ``cpu_backend``): its towers on onnx fp32 give transformers'
 vectors (cosine 1.00000) and, for ViT-B/32 on the same 2 shared cores through the engine
@@ -54,6 +56,7 @@ class Choice:
     reason: str
     device: str | None = None  # pinned device, where the reason decided it
     exported: bool = False  # an `ember export` directory: no fallback makes sense
+    shipped: bool = False  # the folder's own OpenVINO IR: nothing else serves it as shipped
     only: bool = False  # the one backend that runs the model's family: no fallback either
 
 
@@ -121,6 +124,8 @@ def choose_backend(model: ResolvedModel, accelerator: str | None = None) -> Choi
 
 def _choose(model: ResolvedModel, accelerator: str | None) -> Choice:
     """The choice by family, device, dtype and what is installed."""
+    from ember.backends.openvino_backend import ir_choice
+
     runtime = model.runtime
     if exported := exported_backend(model.path):
         reason = f"the directory is an `ember export --backend {exported}` artifact"
@@ -145,6 +150,10 @@ def _choose(model: ResolvedModel, accelerator: str | None) -> Choice:
         return Choice("torch", "--torch-compile asked for")
     if runtime.trust_remote_code:
         return Choice("torch", "remote-code models may not export to ONNX")
+    if runtime.dtype != "int8" and (ir := ir_choice(model)) is not None:
+        where = ir.relative_to(model.path)
+        reason = f"the model ships an OpenVINO IR ({where}) and no ONNX graph"
+        return Choice("openvino", reason, device="cpu", shipped=True)
     if not onnxruntime_installed():
         return Choice("torch", f"onnxruntime is not installed ({CPU_EXTRA})")
     if runtime.dtype == "int8":

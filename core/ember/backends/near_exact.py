@@ -81,9 +81,10 @@ def applies(model: ResolvedModel, reference: Backend) -> str | None:
         return "no near-exact probe for multi-vector or sparse outputs yet"
     if (unit := cpu.native_bf16()) is None:
         return "this CPU has no native bf16 (AVX512-BF16 or AMX)"
-    if reference.info.name != "onnx":
-        # The candidate runs the onnx backend's graph: where auto chose another runtime
-        # (remote code, which may not export; SigLIP's towers, ORT no faster) it stays.
+    if reference.info.name not in ("onnx", "openvino"):
+        # The candidate runs the onnx backend's graph (or a shipped OpenVINO IR, the one
+        # auto serves at float32 on openvino): where auto chose another runtime (remote
+        # code, which may not export; SigLIP's towers, ORT no faster) it stays.
         return f"auto chose {reference.info.name}: no near-exact path measured beside it"
     if find_spec("openvino") is None:
         return f"this CPU has {unit}, but openvino is not installed (pip install 'ember[openvino]')"

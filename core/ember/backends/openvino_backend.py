@@ -14,6 +14,7 @@ groups of 128), worst cosine 0.99996 to fp32 over the 2,048-sentence anchor corp
 from __future__ import annotations
 
 import queue
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ import numpy as np
 import ember.backends.artifacts as artifacts
 import ember.backends.openvino_int8 as openvino_int8
 from ember.backends.base import Backend, BackendDefaults, BackendInfo
-from ember.backends.onnx_export import import_ort, plan_for, prepare
+from ember.backends.onnx_export import find_onnx, import_ort, plan_for, prepare
 from ember.batch import LOGITS, TOKEN_STATES, Outputs, TokenBatch
 from ember.cpu import cpu_forward_plan, physical_cores
 from ember.errors import ConfigError, MissingDependency
@@ -32,6 +33,32 @@ PRECISIONS = {"bfloat16": "bf16", "float32": "f32"}
 # The encoders the NNCF int8 graph was measured on (MiniLM's BERT, corpus-wide).
 INT8_ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet")
 INT8 = "int8"  # int8 matmuls; the rest at bf16 where the CPU has it natively, else f32
+# Where a model folder may ship its OpenVINO IR: sentence-transformers' save, optimum-intel's.
+IR_FILES = ("openvino/openvino_model.xml", "openvino_model.xml")
+
+
+def shipped_ir(path: Path) -> Path | None:
+    """The OpenVINO IR a model folder ships with no ONNX graph beside it (sentence-
+    transformers' ``backend="openvino"`` save, or optimum-intel's root layout), its weights
+    file beside it; None otherwise (a shipped ONNX graph stays the onnx backend's, and the
+    near-exact check's reference)."""
+    if find_onnx(path) is not None:
+        return None
+    for name in IR_FILES:
+        xml = path / name
+        if xml.is_file() and xml.with_suffix(".bin").is_file():
+            return xml
+    return None
+
+
+def ir_choice(model: ResolvedModel) -> Path | None:
+    """The IR auto serves ``model`` from on a CPU: a shipped one (``shipped_ir``), where
+    openvino is installed and runs the model's family; None where the onnx path applies."""
+    from importlib.util import find_spec
+
+    if (ir := shipped_ir(model.path)) is None or find_spec("openvino") is None:
+        return None
+    return ir if serves(model, "float32") is None else None
 
 
 def serves(model: ResolvedModel, precision: str) -> str | None:
@@ -192,13 +219,26 @@ def load(model: ResolvedModel) -> Backend:
     """The model's float32 ONNX graph (built or cached as the onnx backend does), compiled
     for this CPU at ``model.runtime.dtype``'s precision (bfloat16 or float32), or quantised
     to int8 weights (``openvino_int8``) except on AMX, where bf16 is the faster
-    (``openvino_int8.slower_than_bf16``) and info's dtype says so."""
+    (``openvino_int8.slower_than_bf16``) and info's dtype says so. A folder that ships an
+    IR and no ONNX graph (``shipped_ir``) runs its IR, as shipped, at bfloat16 or float32
+    (auto's reference; no torch needed)."""
     precision = model.runtime.dtype
+    ir = shipped_ir(model.path)
+    if ir is not None and precision == "auto":
+        precision = "float32"  # auto's reference: the near-exact check may move it to bf16
     check_precision(precision)
     if why_not := serves(model, precision):
         raise ConfigError(f"openvino {precision}: {why_not}")
     if precision == INT8 and openvino_int8.slower_than_bf16():
         precision = "bfloat16"  # the fast tier on AMX: faster than int8 and nearer fp32
+    if ir is not None:
+        if precision == INT8:
+            raise ConfigError(
+                f"model {model.served_name!r} ships an OpenVINO IR ({ir.relative_to(model.path)}) "
+                "and no ONNX graph: the int8 tier quantises an ONNX graph; serve the IR with "
+                "--dtype float32 or auto"
+            )
+        return OpenVinoBackend(model, ir, precision)
 
     exact = model.on_backend("onnx", "cpu", "float32")
     plan = plan_for(exact, import_ort().get_available_providers())

@@ -40,6 +40,21 @@ LEGACY_WEIGHT_PATTERNS = [
 ]
 
 
+# A sentence-transformers OpenVINO save (``backend="openvino"``): fetched only where the
+# snapshot has no ONNX graph and no torch is installed to build one, so the IR is the one
+# graph this install can serve (elsewhere it would be the weights downloaded twice).
+OPENVINO_PATTERNS = ["openvino/openvino_model.xml", "openvino/openvino_model.bin"]
+
+
+def needs_openvino_ir(snapshot: Path) -> bool:
+    """Whether a torch-free install should fetch the snapshot's OpenVINO IR: it ships no
+    ONNX graph (``model.onnx`` or ``onnx/model.onnx``) and torch is not here to export one."""
+    from ember.installed import torch_installed
+
+    graphs = (snapshot / "model.onnx", snapshot / "onnx" / "model.onnx")
+    return not any(graph.is_file() for graph in graphs) and not torch_installed()
+
+
 def needs_legacy_weights(snapshot: Path) -> bool:
     """Whether a transformer in the snapshot (a directory whose config.json names a
     model_type) has no safetensors: its weights are a pytorch_model.bin, as transformers
@@ -94,13 +109,19 @@ def _download(repo_id: str, revision: str | None) -> Path:
                 repo_id, revision=revision, allow_patterns=HUB_PATTERNS, local_files_only=offline
             )
         )
-        if needs_legacy_weights(path):
-            patterns = LEGACY_WEIGHT_PATTERNS
-            path = Path(
-                snapshot_download(
-                    repo_id, revision=revision, allow_patterns=patterns, local_files_only=offline
+        for needs, patterns in (
+            (needs_legacy_weights, LEGACY_WEIGHT_PATTERNS),
+            (needs_openvino_ir, OPENVINO_PATTERNS),
+        ):
+            if needs(path):
+                path = Path(
+                    snapshot_download(
+                        repo_id,
+                        revision=revision,
+                        allow_patterns=patterns,
+                        local_files_only=offline,
+                    )
                 )
-            )
         return path
     except Exception as exc:  # hub errors come in many classes; the message is what matters
         hint = " (HF_HUB_OFFLINE is set: only the local cache is used)" if offline else ""
