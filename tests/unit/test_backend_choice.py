@@ -116,6 +116,27 @@ def test_an_export_directory_keeps_its_backend(
 
 
 @pytest.mark.usefixtures("cpu_host")
+@pytest.mark.parametrize("ir", ["openvino/openvino_model.xml", "openvino_model.xml"])
+def test_a_folder_shipping_only_an_openvino_ir_is_served_from_it(tmp_path: Path, ir: str) -> None:
+    """sentence-transformers' OpenVINO save (or optimum-intel's root layout) with no ONNX
+    graph: auto serves that IR on openvino, torch or not, with no fallback; an ONNX graph
+    beside it keeps the onnx path."""
+    pytest.importorskip("openvino")
+    model = _minilm()
+    folder = tmp_path / "saved"
+    shutil.copytree(model.path, folder)
+    (folder / ir).parent.mkdir(exist_ok=True)
+    (folder / ir).write_text("<net/>")
+    (folder / ir).with_suffix(".bin").write_bytes(b"")
+    picked = choice.choose_backend(replace(model, path=folder))
+    assert (picked.backend, picked.device, picked.shipped) == ("openvino", "cpu", True)
+    assert f"ships an OpenVINO IR ({ir})" in picked.reason
+    (folder / "onnx").mkdir(exist_ok=True)
+    (folder / "onnx" / "model.onnx").write_bytes(b"")
+    assert choice.choose_backend(replace(model, path=folder)).backend == "onnx"
+
+
+@pytest.mark.usefixtures("cpu_host")
 def test_loaded_backend_reports_the_choice(tmp_path: Path) -> None:
     """Through the real loader: /info's details say auto chose it, and why."""
     backend = load_backend(_minilm(device="cpu", cache_dir=tmp_path))

@@ -124,8 +124,6 @@ def choose_backend(model: ResolvedModel, accelerator: str | None = None) -> Choi
 
 def _choose(model: ResolvedModel, accelerator: str | None) -> Choice:
     """The choice by family, device, dtype and what is installed."""
-    from ember.backends.openvino_backend import ir_choice
-
     runtime = model.runtime
     if exported := exported_backend(model.path):
         reason = f"the directory is an `ember export --backend {exported}` artifact"
@@ -150,6 +148,8 @@ def _choose(model: ResolvedModel, accelerator: str | None) -> Choice:
         return Choice("torch", "--torch-compile asked for")
     if runtime.trust_remote_code:
         return Choice("torch", "remote-code models may not export to ONNX")
+    from ember.backends.openvino_backend import ir_choice
+
     if runtime.dtype != "int8" and (ir := ir_choice(model)) is not None:
         where = ir.relative_to(model.path)
         reason = f"the model ships an OpenVINO IR ({where}) and no ONNX graph"
