@@ -224,7 +224,7 @@ ENV EMBER_MODEL_ID=${MODEL_ID:-sentence-transformers/all-MiniLM-L6-v2} \
 # Bytecode for what serving imports, and only that (a read-only root cannot write it at
 # start): one load and warm-up of the baked models, the HTTP stack and the near-exact path.
 RUN EMBER_CACHE_DIR=/tmp/warm EMBER_LOG_LEVEL=warning ember serve --preload-only \
-    && python -c "import ember.api.app, ember.backends.near_exact, ember.backends.openvino_backend, uvicorn.main, uvicorn.loops.uvloop, uvicorn.protocols.http.httptools_impl, uvicorn.protocols.websockets.websockets_impl, uvicorn.lifespan.on, openvino" \
+    && python -c "import ember.api.app, ember.backends.near_exact, ember.backends.openvino_backend, uvicorn.main, uvicorn.loops.uvloop, uvicorn.protocols.http.httptools_impl, uvicorn.lifespan.on, openvino" \
     && rm -rf /tmp/*
 
 USER 10001:10001
