@@ -197,6 +197,10 @@ def serve(settings: ServerSettings) -> int:
     configure_logging(settings.log_level, settings.json_logs)
     if settings.preload_only:
         return preload(settings)
+    from ember.backends.gpu_check import no_gpu_visible_note
+
+    if note := no_gpu_visible_note(settings.device):
+        logging.getLogger("ember.cli").warning("%s", note)
     limits = connection_limits(settings)
     failed: list[BaseException] = []
     config = uvicorn.Config(
