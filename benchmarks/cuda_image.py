@@ -30,6 +30,18 @@ TEXTS = ["A CUDA image on a machine with no GPU.", "It serves on the CPU and say
 NO_GPU_LINE = "no GPU visible"
 
 
+def _index_only() -> list[str]:
+    """The build reaches PyPI as a user's would: the CA bundle and a pip configuration
+    without this machine's local wheels (whose torch 2.13.0+cpu would satisfy the
+    stage's ``torch==2.13.0`` and make a CPU image)."""
+    conf = images.CACHE / "pip-index-only.conf"
+    conf.write_text(f"[global]\ncert = {images.BUILD_CA}\n")
+    volumes = [f"{conf}:/etc/pip.conf:ro"]
+    if images.HOST_CA.exists():
+        volumes.append(f"{images.HOST_CA}:{images.BUILD_CA}:ro")
+    return volumes
+
+
 def _layers(tag: str) -> list[tuple[int, str]]:
     """(bytes, the instruction that made it) per layer, largest first."""
     out = images.podman("history", "--format", "json", "--no-trunc", tag).stdout
@@ -68,7 +80,9 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the image afterwards")
     args = parser.parse_args()
     base = images.slim_base_image()
-    built = images.build(TAG, build_args={"BASE_IMAGE": base}, target="cuda", timeout=3600)
+    built = images.build(
+        TAG, build_args={"BASE_IMAGE": base}, target="cuda", timeout=3600, volumes=_index_only()
+    )
     report: dict = {
         "date": datetime.now().isoformat(timespec="seconds"),
         "tag": TAG,
@@ -106,7 +120,9 @@ def main() -> int:
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     stem.with_suffix(".md").write_text(_markdown(report))
     print(stem.with_suffix(".md").read_text())
-    return 0 if len(report["no_gpu_lines"]) == 1 else 1
+    cuda_torch = "+cpu" not in report["versions"].get("torch", "+cpu")
+    cuda_libs = any(name.startswith("nvidia-") for name in report["versions"])
+    return 0 if len(report["no_gpu_lines"]) == 1 and cuda_torch and cuda_libs else 1
 
 
 def _markdown(r: dict) -> str:
