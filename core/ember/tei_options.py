@@ -67,7 +67,7 @@ class TeiOption:
 
 
 TEI_OPTIONS: tuple[TeiOption, ...] = (
-    TeiOption("model_id", "model_id", "same: a hub id or a local directory", metavar="ID"),
+    TeiOption("model_id", "model_id", "a hub id or a local directory", metavar="ID"),
     TeiOption("revision", "revision", "same"),
     TeiOption(
         "tokenization_workers",
@@ -78,15 +78,15 @@ TEI_OPTIONS: tuple[TeiOption, ...] = (
     TeiOption(
         "dtype",
         "dtype",
-        "same values (TEI's float16 and bfloat16 need a GPU here too)",
+        "TEI's values; float16 runs on a GPU",
         allowed=frozenset({"float16", "float32", "bfloat16"}),
     ),
     TeiOption("served_model_name", "served_model_name", "same", metavar="NAME"),
     TeiOption(
         "pooling",
         "pooling",
-        "same; last-token is Ember's last; splade is found from the model's files "
-        "(auto), as Ember serves a SPLADE model's /embed_sparse",
+        "last-token is Ember's last; splade is found from the model's files, as "
+        "Ember serves a SPLADE model's /embed_sparse",
         values={"last-token": "last", "splade": "auto"},
         allowed=frozenset({"cls", "mean"}),
     ),
@@ -100,13 +100,14 @@ TEI_OPTIONS: tuple[TeiOption, ...] = (
     TeiOption(
         "max_batch_tokens",
         "max_batch_tokens",
-        "same (Ember counts a batch's padded cost, longest x count, on padded backends)",
+        "a batch's padded cost, longest x count, on padded backends; its real tokens on "
+        "packed ones",
         metavar="N",
     ),
     TeiOption(
         "max_batch_requests",
         "max_batch_size",
-        "--max-batch-size (counts inputs, not requests)",
+        "counts inputs, not requests",
         metavar="N",
     ),
     TeiOption("max_client_batch_size", "max_client_batch_size", "same", metavar="N"),
@@ -142,8 +143,14 @@ TEI_OPTIONS: tuple[TeiOption, ...] = (
     ),
     TeiOption("hf_api_token", None, "HF_TOKEN, read by the hub client", environ="HF_TOKEN"),
     TeiOption("hf_token", None, "HF_TOKEN, read by the hub client", environ="HF_TOKEN"),
-    TeiOption("hostname", "host", "--host", metavar="ADDRESS"),
-    TeiOption("port", "port", "same; default 3000 as the router's", short="-p", metavar="PORT"),
+    TeiOption("hostname", "host", "same", metavar="ADDRESS"),
+    TeiOption(
+        "port",
+        "port",
+        "default 3000 as the router's; the tei image sets 80",
+        short="-p",
+        metavar="PORT",
+    ),
     TeiOption(
         "uds_path",
         None,
@@ -157,9 +164,9 @@ TEI_OPTIONS: tuple[TeiOption, ...] = (
         environ="HF_HUB_CACHE",
         metavar="PATH",
     ),
-    TeiOption("payload_limit", "payload_limit", "same (bytes)", metavar="BYTES"),
-    TeiOption("api_key", "api_key", "same: Authorization: Bearer <key>", metavar="KEY"),
-    TeiOption("json_output", "json_logs", "--json-logs", switch=True),
+    TeiOption("payload_limit", "payload_limit", "bytes", metavar="BYTES"),
+    TeiOption("api_key", "api_key", "Authorization: Bearer <key>", metavar="KEY"),
+    TeiOption("json_output", "json_logs", "same", switch=True),
     TeiOption(
         "disable_spans",
         None,
@@ -167,7 +174,7 @@ TEI_OPTIONS: tuple[TeiOption, ...] = (
         switch=True,
         honoured="true",
     ),
-    TeiOption("otlp_endpoint", "otlp_endpoint", "same (OTLP over gRPC)", metavar="URL"),
+    TeiOption("otlp_endpoint", "otlp_endpoint", "OTLP over gRPC", metavar="URL"),
     TeiOption(
         "otlp_service_name",
         None,
@@ -181,7 +188,13 @@ TEI_OPTIONS: tuple[TeiOption, ...] = (
         "Ember serves /metrics on its own port (--port), not on a second one",
         metavar="PORT",
     ),
-    TeiOption("cors_allow_origin", "cors_allow_origin", "same", many=True, metavar="ORIGIN"),
+    TeiOption(
+        "cors_allow_origin",
+        "cors_allow_origin",
+        "repeats joined with commas",
+        many=True,
+        metavar="ORIGIN",
+    ),
 )
 
 TEI_BY_NAME = {option.name: option for option in TEI_OPTIONS}
@@ -234,8 +247,8 @@ def tei_table() -> str:
         if option.refused:
             meaning = f"refused: {option.note}"
         elif option.setting is not None:
-            target = flag(option.setting)
-            meaning = option.note if option.note.startswith("--") else f"`{target}`: {option.note}"
+            same = option.note == "same"
+            meaning = f"`{flag(option.setting)}`" + ("" if same else f" ({option.note})")
         elif option.environ is not None:
             meaning = f"sets {option.note}"
         elif option.honoured is not None:
