@@ -5,6 +5,7 @@ with the limits the deployment set."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +57,7 @@ def tei(
 ) -> Iterator[ServerProcess]:
     port = free_port()
     args, env = request.param(minilm_path, port)
+    env["EMBER_CACHE_DIR"] = os.environ["EMBER_CACHE_DIR"]  # the session's graphs (conftest)
     log = tmp_path_factory.mktemp("tei") / "ember-tei.log"
     process = spawn(
         [sys.executable, "-m", "ember", "tei", *args],
