@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,6 +18,11 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def chromium() -> str | None:
+    """Debian's headless-capable browser, where installed (``.ci/run`` installs it)."""
+    return next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
 
 
 def free_port() -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 
 from ember.api.app import create_app
 from ember.config import settings_from_env
-from tests.support import ServerProcess
+from tests.support import ServerProcess, chromium
 
 
 class _Links(HTMLParser):
@@ -69,14 +68,10 @@ async def test_pages_link_through_a_proxy_root_path(minilm_path: Path) -> None:
             assert urls and all(url.startswith("/proxy/") for url in urls), urls
 
 
-def _chromium() -> str | None:
-    return next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
-
-
 def _offline_browser(url: str, work: Path) -> tuple[str, list[tuple[str, str]]]:
     """The page's DOM after it rendered, and (initiator, url) of every request made,
     with every host but 127.0.0.1 unresolvable and any proxying sent to a dead port."""
-    browser = _chromium()
+    browser = chromium()
     assert browser is not None
     netlog = work / "netlog.json"
     argv = [
@@ -107,7 +102,7 @@ def _offline_browser(url: str, work: Path) -> tuple[str, list[tuple[str, str]]]:
     return done.stdout, requests
 
 
-@pytest.mark.skipif(_chromium() is None, reason="needs chromium: apt-get install -y chromium")
+@pytest.mark.skipif(chromium() is None, reason="needs chromium: apt-get install -y chromium")
 @pytest.mark.parametrize(
     ("page", "rendered"),
     [
