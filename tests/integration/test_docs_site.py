@@ -28,7 +28,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.support import REPO, child_env, chromium, stop_process
+from tests.support import REPO, child_env, chromium, offline_chromium_argv, stop_process
 
 DOCS = REPO / "docs"
 
@@ -170,23 +170,8 @@ class Browser:
 @contextlib.contextmanager
 def offline_chromium() -> Iterator[str]:
     """Chromium with its DevTools port open; yields the first page's websocket URL."""
-    browser = chromium()
-    assert browser is not None
     with tempfile.TemporaryDirectory() as profile:
-        argv = [
-            browser,
-            "--headless",
-            "--no-sandbox",  # CI runs as root
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            f"--user-data-dir={profile}",
-            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-            "--proxy-server=http://127.0.0.1:9",
-            "--proxy-bypass-list=127.0.0.1",
-            "--remote-debugging-port=0",
-            "about:blank",
-        ]
+        argv = [*offline_chromium_argv(Path(profile)), "--remote-debugging-port=0", "about:blank"]
         process = subprocess.Popen(
             argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
