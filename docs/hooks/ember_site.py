@@ -23,6 +23,7 @@ import re
 from functools import cache
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^<!-- ember:([a-z-]+)(?: ([a-z-]+))? -->$", re.M)
@@ -57,10 +58,9 @@ def command_help(command: str) -> str:
     """``ember COMMAND --help``, as a text block (a fixed width, so the build is stable)."""
     from ember.cli import build_parser
 
-    os.environ["COLUMNS"] = "100"
-    parser = build_parser()
-    sub = next(a for a in parser._actions if getattr(a, "choices", None))
-    text = sub.choices[command].format_help()  # type: ignore[index]
+    sub = next(a for a in build_parser()._actions if getattr(a, "choices", None))
+    with mock.patch.dict(os.environ, {"COLUMNS": "100"}):  # argparse wraps at COLUMNS
+        text = sub.choices[command].format_help()  # type: ignore[index]
     return f"```text\n{text.rstrip()}\n```"
 
 
