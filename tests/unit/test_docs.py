@@ -126,3 +126,12 @@ def test_every_registered_backend_is_documented_and_offered() -> None:
         assert name in BACKENDS
         assert (name in EXPORTERS) == (entry.exporter is not None)
     assert f"({', '.join(EXPORTERS)})" in (_subcommand("export").description or "")
+
+
+def test_the_tei_page_maps_to_flags_that_exist() -> None:
+    """Each Ember flag the TEI page's table names is a setting of ``ember serve``."""
+    page = (DOCS / "migrating" / "from-tei.md").read_text()
+    table = page.split("## The server: flags and environment")[1].split("\n\n")[2]
+    named = re.findall(r"^\| `--[a-z-]+` \([^)]*\) \| `(--[a-z-]+)` \|", table, re.M)
+    settings = {"--" + name.replace("_", "-") for name in ServerSettings.model_fields}
+    assert len(named) >= 14 and set(named) <= settings, set(named) - settings
