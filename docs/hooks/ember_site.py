@@ -20,10 +20,17 @@ import json
 import os
 import posixpath
 import re
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
 from unittest import mock
+
+from ember.api.app import create_app
+from ember.cli import PER_MODEL_FIELDS, _default_text, build_parser, env_var, flag, flag_table
+from ember.config import ServerSettings, settings_from_env
+from ember.families.table import supported_models_table
+from ember.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^<!-- ember:([a-z-]+)(?: ([a-z-]+))? -->$", re.M)
@@ -40,8 +47,6 @@ def _cell(text: object) -> str:
 
 def env_table() -> str:
     """Every setting's environment variable, flag and default."""
-    from ember.cli import PER_MODEL_FIELDS, _default_text, env_var, flag
-    from ember.config import ServerSettings
 
     rows = ["| variable | flag | default | meaning |", "| --- | --- | --- | --- |"]
     for name, field in ServerSettings.model_fields.items():
@@ -56,7 +61,6 @@ def env_table() -> str:
 
 def command_help(command: str) -> str:
     """``ember COMMAND --help``, as a text block (a fixed width, so the build is stable)."""
-    from ember.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if getattr(a, "choices", None))
     with mock.patch.dict(os.environ, {"COLUMNS": "100"}):  # argparse wraps at COLUMNS
@@ -66,7 +70,6 @@ def command_help(command: str) -> str:
 
 def metrics_table() -> str:
     """The metrics of one served app's registry: name, type, labels, help."""
-    from ember.metrics import Metrics
 
     rows = ["| metric | type | labels | meaning |", "| --- | --- | --- | --- |"]
     for family in Metrics().registry.collect():
@@ -83,8 +86,6 @@ def metrics_table() -> str:
 @cache
 def openapi() -> dict[str, Any]:
     """The schema the app serves at /openapi.json (no model is loaded to make it)."""
-    from ember.api.app import create_app
-    from ember.config import settings_from_env
 
     return create_app(settings_from_env()).openapi()
 
@@ -160,17 +161,11 @@ def openapi_markdown() -> str:
     return "\n\n".join(out)
 
 
-def supported_models() -> str:
-    from ember.families.table import supported_models_table
-
-    return supported_models_table()
-
-
-GENERATORS = {
-    "flags": lambda _: __import__("ember.cli", fromlist=["flag_table"]).flag_table(),
+GENERATORS: dict[str, Callable[[str], str]] = {  # marker name -> its text, given its argument
+    "flags": lambda _: flag_table(),
     "env": lambda _: env_table(),
     "help": command_help,
-    "supported-models": lambda _: supported_models(),
+    "supported-models": lambda _: supported_models_table(),
     "metrics": lambda _: metrics_table(),
     "openapi": lambda _: openapi_markdown(),
 }
@@ -239,4 +234,5 @@ def on_files(files: Any, config: Any) -> Any:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """The page's markers expanded and its links out of docs/ made to work in the site."""
     return relink(expand_markers(markdown), page.file.src_uri)
