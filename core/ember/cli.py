@@ -1,5 +1,6 @@
 """`ember serve` / `ember export`: flags generated from ServerSettings, so flag, env var
-and default cannot disagree (and the README's flag table is generated the same way)."""
+and default cannot disagree (and the docs' flag table, docs/reference/cli.md, is generated
+the same way)."""
 
 from __future__ import annotations
 
@@ -184,7 +185,7 @@ def settings_from_tei_args(args: argparse.Namespace) -> ServerSettings:
 
 
 def flag_table() -> str:
-    """The README's flag table, generated: a test keeps the README equal to it."""
+    """The flag table: the docs site's CLI page writes it at build time (docs/hooks)."""
     rows = ["| flag | env var | default | meaning |", "| --- | --- | --- | --- |"]
     for name, field in ServerSettings.model_fields.items():
         per_model = " (per model)" if name in PER_MODEL_FIELDS else ""

@@ -2,8 +2,8 @@
 
 Per-model options (model id, task, backend, batch limits, ...) take several values
 separated by ``;`` (or a repeated CLI flag); a value given once is broadcast to every
-model. The CLI parser and the README's flag table are both generated from
-``ServerSettings`` so they cannot drift apart.
+model. The CLI parser and the docs' flag table (docs/reference/cli.md) are both generated
+from ``ServerSettings`` so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -92,8 +92,8 @@ class ServerSettings(BaseSettings):
     pooling: str | None = _per_model("auto|cls|mean|last|max; auto reads 1_Pooling.", "auto")
     embedding_dtype: str | None = _per_model(
         f"{'|'.join(EMBEDDING_DTYPES)}: the type /v1/embeddings answers dense vectors in "
-        "(Infinity's --embedding-dtype), computed as Cohere's output types (README); base64 "
-        "needs float32.",
+        "(Infinity's --embedding-dtype), computed as Cohere's output types "
+        "(docs/api/cohere.md); base64 needs float32.",
         "float32",
     )
     revision: str | None = _per_model("Hub revision (branch, tag or commit).")
@@ -185,7 +185,7 @@ class ServerSettings(BaseSettings):
         None,
         description="TOML file of API keys (SHA-256 hashed), each with a name, allowed models "
         "and routes, rate limits, a concurrency cap and its own usage; reloaded when it "
-        "changes or on SIGHUP. Works beside --api-key. See README, API keys.",
+        "changes or on SIGHUP. Works beside --api-key. See docs/operations/keys.md.",
     )
     payload_limit: int = Field(
         2_000_000, description="Largest request body in bytes; larger gets 413."
