@@ -131,7 +131,15 @@ def test_every_registered_backend_is_documented_and_offered() -> None:
 def test_the_tei_page_maps_to_flags_that_exist() -> None:
     """Each Ember flag the TEI page's table names is a setting of ``ember serve``."""
     page = (DOCS / "migrating" / "from-tei.md").read_text()
-    table = page.split("## The server: flags and environment")[1].split("\n\n")[2]
+    table = page.split("## Or with `ember serve`")[1].split("\n\n")[2]
     named = re.findall(r"^\| `--[a-z-]+` \([^)]*\) \| `(--[a-z-]+)` \|", table, re.M)
     settings = {"--" + name.replace("_", "-") for name in ServerSettings.model_fields}
     assert len(named) >= 14 and set(named) <= settings, set(named) - settings
+
+
+def test_the_tei_page_holds_ember_teis_generated_table() -> None:
+    """The `ember tei` table is the one ``tei_options`` builds: the page cannot drift."""
+    from ember.tei_options import tei_table
+
+    page = (DOCS / "migrating" / "from-tei.md").read_text()
+    assert tei_table() in page.split("## The server: `ember tei`")[1]
