@@ -241,3 +241,28 @@ LABEL org.opencontainers.image.title="ember" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.licenses="Apache-2.0"
+
+# ----------------------------------------------------------------------------------- tei
+# TEI's `docker run` line, unchanged but for the image: `ember tei` reads
+# text-embeddings-router's flags and variables, listens on 80 and keeps the hub cache in
+# /data (HUGGINGFACE_HUB_CACHE) as TEI's image does, and downloads what is not baked:
+#   docker build --target tei -t ember:tei .
+#   docker run -p 8080:80 -v $PWD/data:/data ember:tei --model-id BAAI/bge-small-en-v1.5
+# As TEI's image, it runs as root, so that a bind-mounted /data Docker created is writable;
+# `--user 10001` runs it as the general image's user (the volume then needs to be its).
+# The torch-free runtime serves models that ship an ONNX graph (most BAAI, intfloat and
+# sentence-transformers repos do); `--target cuda` with `ember tei` converts any.
+FROM cpu AS tei
+USER 0:0
+ENV PORT=80 \
+    HUGGINGFACE_HUB_CACHE=/data \
+    HF_HUB_OFFLINE=0
+EXPOSE 80
+HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
+    CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/ready' % os.environ.get('PORT', '80'), timeout=4)"]
+ENTRYPOINT ["ember", "tei"]
+CMD ["--json-output"]
+
+# -------------------------------------------------------------------------------- default
+# `docker build .` builds the last stage: the general CPU image.
+FROM cpu AS default

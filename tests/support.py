@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,6 +18,30 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def chromium() -> str | None:
+    """Debian's headless-capable browser, where installed (``.ci/run`` installs it)."""
+    return next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
+
+
+def offline_chromium_argv(profile: Path) -> list[str]:
+    """Headless Chromium with every host but 127.0.0.1 unresolvable and any proxying sent
+    to a dead port; the caller adds what to do and the page."""
+    browser = chromium()
+    assert browser is not None, "needs chromium: apt-get install -y chromium"
+    return [
+        browser,
+        "--headless",
+        "--no-sandbox",  # CI runs as root
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        f"--user-data-dir={profile}",
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+        "--proxy-server=http://127.0.0.1:9",
+        "--proxy-bypass-list=127.0.0.1",
+    ]
 
 
 def free_port() -> int:

@@ -1,5 +1,6 @@
 """`ember serve` / `ember export`: flags generated from ServerSettings, so flag, env var
-and default cannot disagree (and the README's flag table is generated the same way)."""
+and default cannot disagree (and the docs' flag table, docs/reference/cli.md, is generated
+the same way)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,33 @@ def _default_text(name: str) -> str:
     )
 
 
+# What a setting's value counts, where its type alone does not say (a float is seconds
+# unless named here; an int a count).
+UNITS = {
+    "port": "PORT",
+    "max_image_aspect": "RATIO",
+    "min_body_rate": "BYTES/S",
+    "payload_limit": "BYTES",
+    "max_batch_tokens": "TOKENS",
+    "max_queue_size": "INPUTS",
+    "max_batch_size": "INPUTS",
+    "max_client_batch_size": "INPUTS",
+    "max_image_side": "PIXELS",
+    "forward_nice": "NICE",
+}
+
+
+def unit_of(name: str, fallback: str) -> str:
+    """The metavar --help shows for a setting: its unit where it has one."""
+    if name in UNITS:
+        return UNITS[name]
+    if name.endswith("_bytes"):
+        return "BYTES"
+    if name.endswith("_pixels"):
+        return "PIXELS"
+    return fallback
+
+
 def add_settings_arguments(
     parser: argparse.ArgumentParser,
     names: Iterable[str] | None = None,
@@ -67,15 +95,18 @@ def add_settings_arguments(
         help_text = f"{description} [env {env_var(name)}]".replace("%", "%%")  # argparse
         kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
         if name in PER_MODEL_FIELDS:
-            kwargs.update(action="append", metavar="VALUE")
+            kwargs.update(action="append", metavar=unit_of(name, "VALUE"))
         elif field.annotation is bool:
             kwargs.update(action=argparse.BooleanOptionalAction)
         elif field.annotation in (int, int | None):
-            kwargs.update(type=int, metavar="INT")
+            kwargs.update(type=int, metavar=unit_of(name, "N"))
         elif field.annotation is float:
-            kwargs.update(type=float, metavar="SECONDS")
+            kwargs.update(type=float, metavar=unit_of(name, "SECONDS"))
         else:
-            kwargs.update(metavar="VALUE")
+            kwargs.update(metavar=unit_of(name, "VALUE"))
+        if default := _default_text(name):
+            kwargs["help"] = f"{description} [default {default}; env {env_var(name)}]"
+            kwargs["help"] = kwargs["help"].replace("%", "%%")
         flags = [flag(name), *(aliases or {}).get(name, ())]
         parser.add_argument(*flags, **kwargs)
 
@@ -110,8 +141,51 @@ def add_infinity_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(flag(option.name), help=text.replace("%", "%%"), **kwargs)
 
 
+TEI_DEST = "tei_"  # argparse dests of text-embeddings-router's flags
+TEI_HELP = (
+    "Serve as text-embeddings-router would: its flags and variables (MODEL_ID, PORT, "
+    "MAX_BATCH_TOKENS, ...), its default port 3000, and TEI's routes beside Ember's."
+)
+
+
+def add_tei_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every option of text-embeddings-router, under its own flag and variable."""
+    from ember.tei_options import TEI_OPTIONS
+
+    for option in TEI_OPTIONS:
+        kwargs: dict[str, Any] = {"dest": TEI_DEST + option.name, "default": argparse.SUPPRESS}
+        if option.switch:
+            kwargs.update(nargs="?", const="true", metavar="true|false")
+        else:
+            kwargs.update(metavar=option.metavar, action="append" if option.many else "store")
+        text = f"{'Refused: ' if option.refused else ''}{option.note} [env {option.env}]"
+        flags = [flag(option.name), *([option.short] if option.short else [])]
+        parser.add_argument(*flags, help=text.replace("%", "%%"), **kwargs)
+
+
+def settings_from_tei_args(args: argparse.Namespace) -> ServerSettings:
+    """`ember tei`: the router's flags over its variables, over ``EMBER_*``, over defaults
+    (the router's port, else Ember's). Sets the variables the hub client and tracing read."""
+    import os
+
+    from ember.config import settings_from_env
+    from ember.tei_options import tei_settings
+
+    flags = {k.removeprefix(TEI_DEST): v for k, v in vars(args).items() if k.startswith(TEI_DEST)}
+    resolved = tei_settings(flags, os.environ)
+    if "model_id" not in resolved.settings and not os.environ.get(env_var("model_id")):
+        raise ConfigError(
+            "--model-id (MODEL_ID) is required, as text-embeddings-router requires it "
+            "(`ember serve` serves the packaged model without one)"
+        )
+    os.environ.update(resolved.environ)
+    settings = settings_from_env(command="tei", **resolved.settings)
+    settings.compat_warnings.extend(resolved.warnings)
+    return settings
+
+
 def flag_table() -> str:
-    """The README's flag table, generated: a test keeps the README equal to it."""
+    """The flag table: the docs site's CLI page writes it at build time (docs/hooks)."""
     rows = ["| flag | env var | default | meaning |", "| --- | --- | --- | --- |"]
     for name, field in ServerSettings.model_fields.items():
         per_model = " (per model)" if name in PER_MODEL_FIELDS else ""
@@ -130,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", aliases=["v2"], help=SERVE_HELP, description=SERVE_HELP)
     add_settings_arguments(serve)
     add_infinity_arguments(serve)
+    tei = sub.add_parser("tei", help=TEI_HELP, description=TEI_HELP)
+    add_tei_arguments(tei)
     export = sub.add_parser("export", help=EXPORT_HELP, description=EXPORT_HELP)
     export.add_argument("--output", required=True, help="Directory to write.")
     add_settings_arguments(
@@ -197,6 +273,10 @@ def serve(settings: ServerSettings) -> int:
     configure_logging(settings.log_level, settings.json_logs)
     if settings.preload_only:
         return preload(settings)
+    from ember.backends.gpu_check import no_gpu_visible_note
+
+    if note := no_gpu_visible_note(settings.device):
+        logging.getLogger("ember.cli").warning("%s", note)
     limits = connection_limits(settings)
     failed: list[BaseException] = []
     config = uvicorn.Config(
@@ -286,6 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in ("serve", "v2"):
             return serve(settings_from_args(args))
+        if args.command == "tei":
+            return serve(settings_from_tei_args(args))
         if args.command == "embed":
             return run_embed(args, settings_from_args(args))
         if args.command == "keys":

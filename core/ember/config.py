@@ -2,8 +2,8 @@
 
 Per-model options (model id, task, backend, batch limits, ...) take several values
 separated by ``;`` (or a repeated CLI flag); a value given once is broadcast to every
-model. The CLI parser and the README's flag table are both generated from
-``ServerSettings`` so they cannot drift apart.
+model. The CLI parser and the docs' flag table (docs/reference/cli.md) are both generated
+from ``ServerSettings`` so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -92,8 +92,8 @@ class ServerSettings(BaseSettings):
     pooling: str | None = _per_model("auto|cls|mean|last|max; auto reads 1_Pooling.", "auto")
     embedding_dtype: str | None = _per_model(
         f"{'|'.join(EMBEDDING_DTYPES)}: the type /v1/embeddings answers dense vectors in "
-        "(Infinity's --embedding-dtype), computed as Cohere's output types (README); base64 "
-        "needs float32.",
+        "(Infinity's --embedding-dtype), computed as Cohere's output types "
+        "(docs/api/cohere.md); base64 needs float32.",
         "float32",
     )
     revision: str | None = _per_model("Hub revision (branch, tag or commit).")
@@ -185,7 +185,7 @@ class ServerSettings(BaseSettings):
         None,
         description="TOML file of API keys (SHA-256 hashed), each with a name, allowed models "
         "and routes, rate limits, a concurrency cap and its own usage; reloaded when it "
-        "changes or on SIGHUP. Works beside --api-key. See README, API keys.",
+        "changes or on SIGHUP. Works beside --api-key. See docs/operations/keys.md.",
     )
     payload_limit: int = Field(
         2_000_000, description="Largest request body in bytes; larger gets 413."
@@ -465,19 +465,33 @@ def ember_env(environ: Mapping[str, str] | None = None, platform: str = "") -> d
 
 
 def settings_from_env(
-    *, infinity_flags: Mapping[str, Any] | None = None, **overrides: Any
+    *,
+    infinity_flags: Mapping[str, Any] | None = None,
+    command: str = "serve",
+    **overrides: Any,
 ) -> ServerSettings:
     """Settings from ``EMBER_*`` variables; keyword overrides win (as CLI flags do).
 
     Infinity's ``INFINITY_*`` variables count where no override or ``EMBER_*`` variable
     sets the same setting; ``infinity_flags`` are Infinity's flags that have no Ember
-    setting (``ember serve --bettertransformer``), which only warn.
+    setting (``ember serve --bettertransformer``), which only warn. ``PORT`` (Cloud Run's,
+    Render's, Heroku's) sets the port where nothing else does. A variable that sets nothing
+    under ``ember <command>`` (a misspelt ``EMBER_*``, TEI's own) is named in a warning.
     """
+    from ember.env_check import environment_notes
     from ember.infinity_options import infinity_settings, translate_infinity_values
 
     clean = translate_infinity_values({k: v for k, v in overrides.items() if v is not None})
     from_infinity, notes = infinity_settings(infinity_flags or {}, os.environ, clean)
     clean = {**from_infinity, **clean}
+    notes = [*environment_notes(os.environ, ServerSettings.model_fields, command), *notes]
+    if "port" not in clean and not os.environ.get(env_var("port"), "").strip():
+        if port := os.environ.get("PORT", "").strip():
+            if not port.isdigit():
+                raise ConfigError(
+                    f"PORT={port!r} is not a port number (read where {env_var('port')} is unset)"
+                )
+            clean["port"] = int(port)
     for name in PER_MODEL_FIELDS:
         if isinstance(clean.get(name), (list, tuple)):
             clean[name] = ";".join(str(v) for v in clean[name])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 
 from ember.api.app import create_app
 from ember.config import settings_from_env
-from tests.support import ServerProcess
+from tests.support import ServerProcess, chromium, offline_chromium_argv
 
 
 class _Links(HTMLParser):
@@ -69,27 +68,12 @@ async def test_pages_link_through_a_proxy_root_path(minilm_path: Path) -> None:
             assert urls and all(url.startswith("/proxy/") for url in urls), urls
 
 
-def _chromium() -> str | None:
-    return next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
-
-
 def _offline_browser(url: str, work: Path) -> tuple[str, list[tuple[str, str]]]:
     """The page's DOM after it rendered, and (initiator, url) of every request made,
     with every host but 127.0.0.1 unresolvable and any proxying sent to a dead port."""
-    browser = _chromium()
-    assert browser is not None
     netlog = work / "netlog.json"
     argv = [
-        browser,
-        "--headless",
-        "--no-sandbox",  # CI runs as root
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        f"--user-data-dir={work / 'profile'}",
-        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-        "--proxy-server=http://127.0.0.1:9",
-        "--proxy-bypass-list=127.0.0.1",
+        *offline_chromium_argv(work / "profile"),
         f"--log-net-log={netlog}",
         "--virtual-time-budget=15000",  # virtual: ends once the page is idle
         "--dump-dom",
@@ -107,7 +91,7 @@ def _offline_browser(url: str, work: Path) -> tuple[str, list[tuple[str, str]]]:
     return done.stdout, requests
 
 
-@pytest.mark.skipif(_chromium() is None, reason="needs chromium: apt-get install -y chromium")
+@pytest.mark.skipif(chromium() is None, reason="needs chromium: apt-get install -y chromium")
 @pytest.mark.parametrize(
     ("page", "rendered"),
     [

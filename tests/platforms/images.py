@@ -200,14 +200,15 @@ def build(
     build_args: Mapping[str, str] | None = None,
     target: str | None = None,
     timeout: float = BUILD_TIMEOUT,
+    volumes: Sequence[str] | None = None,
 ) -> Built:
     """``podman build`` as ``docker build`` would run it, in Docker's image format (OCI
-    drops HEALTHCHECK), of ``target`` (a stage) where named. Raises BuildFailed with the
-    build's output tail."""
+    drops HEALTHCHECK), of ``target`` (a stage) where named, with ``volumes`` (default
+    ``build_volumes()``). Raises BuildFailed with the build's output tail."""
     args = ["build", "--format", "docker", "--network", "host", "-f", str(dockerfile), "-t", tag]
     if target:
         args += ["--target", target]
-    for volume in build_volumes():
+    for volume in build_volumes() if volumes is None else volumes:
         args += ["-v", volume]
     for key, value in (build_args or {}).items():
         args += ["--build-arg", f"{key}={value}"]

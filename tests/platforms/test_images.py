@@ -16,6 +16,7 @@ podman, runc or mmdebstrap is missing; in CI (CI=true, set by .ci/run's caller) 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -106,6 +107,39 @@ def test_general_image_is_configured_for_docker_run(general: images.Built) -> No
     assert health and "/ready" in " ".join(health["Test"]), health
     help_text = images.podman("run", "--rm", general.tag, "--help").stdout
     assert "--model-id" in help_text and "EMBER_MODEL_ID" in help_text
+
+
+def test_the_tei_stage_runs_teis_docker_run_line(
+    general: images.Built, minilm_graphs: dict[str, Path], reference: np.ndarray, tmp_path: Path
+) -> None:
+    """`docker run -p 8080:80 -v $volume:/data <image> --model-id $model`, TEI's README
+    line with only the image changed: port 80, /data as the hub cache, TEI's routes."""
+    built = images.build(
+        "localhost/ember-test:tei",
+        build_args={"BASE_IMAGE": images.slim_base_image(), "TORCH_CPU_INDEX": ""},
+        target="tei",
+    )
+    config = images.image_config(built.tag)["Config"]
+    assert config["Entrypoint"] == ["ember", "tei"] and config["Cmd"] == ["--json-output"]
+    assert "HUGGINGFACE_HUB_CACHE=/data" in config["Env"] and "80/tcp" in config["ExposedPorts"]
+    volume = tmp_path / "data"
+    shutil.copytree(minilm_graphs["hub"], volume / "all-MiniLM-L6-v2")
+    with images.running(
+        built.tag,
+        ["--model-id", "/data/all-MiniLM-L6-v2"],
+        port=80,
+        ready_path="/ready",
+        options=["-v", f"{volume}:/data"],
+    ) as box:
+        report(built, box)
+        assert box.url is not None
+        resp = httpx.post(f"{box.url}/embed", json={"inputs": TEXTS}, timeout=60)
+        assert resp.status_code == 200, resp.text
+        data = [{"index": i, "embedding": row} for i, row in enumerate(resp.json())]
+        assert_same_embeddings(data, reference)
+        info = httpx.get(f"{box.url}/info", timeout=10).json()
+        assert info["model_id"] == "/data/all-MiniLM-L6-v2"
+        assert box.stop() == 0
 
 
 def test_general_image_serves_the_packaged_model(

@@ -70,3 +70,48 @@ def torch_cuda_check(torch: object) -> None:
         available = bool(torch.cuda.is_available())  # type: ignore[attr-defined]
     said = "; ".join(str(w.message) for w in caught if "CUDA" in str(w.message)) or None
     check_cuda_visible(available, torch.version.cuda, said)  # type: ignore[attr-defined]
+
+
+def cuda_builds_installed() -> list[str]:
+    """The installed packages built for NVIDIA GPUs, read from their metadata (no import):
+    a torch whose requirements pull NVIDIA's CUDA libraries (PyPI's default build; the
+    ``+cpu`` build pulls none), and onnxruntime-gpu."""
+    from importlib import metadata
+
+    found = []
+    try:
+        torch_meta = metadata.distribution("torch")
+        if any(req.startswith("nvidia-") for req in torch_meta.requires or ()):
+            found.append(f"torch {torch_meta.version}")
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        found.append(f"onnxruntime-gpu {metadata.version('onnxruntime-gpu')}")
+    except metadata.PackageNotFoundError:
+        pass
+    return found
+
+
+def no_gpu_visible_note(
+    devices: str | None,
+    dev: Path = Path("/dev"),
+    env: Mapping[str, str] = os.environ,
+    builds: list[str] | None = None,
+) -> str | None:
+    """One line for the start-up log when a CUDA install (the ``cuda`` image) starts where
+    no NVIDIA GPU is visible: it serves on the CPU, which is right on a laptop and a
+    mistake on a GPU node whose container was not given the GPU. None when a GPU is
+    visible, when every model asks for ``--device cpu``, or when nothing is built for CUDA."""
+    asked = {d.strip() for d in (devices or "auto").split(",") if d.strip()} or {"auto"}
+    hidden = env.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1")
+    if asked == {"cpu"} or (not hidden and any(dev.glob("nvidia[0-9]*"))):
+        return None
+    builds = cuda_builds_installed() if builds is None else builds
+    if not builds:
+        return None
+    why = "CUDA_VISIBLE_DEVICES hides every GPU" if hidden else f"no {dev}/nvidia* device node"
+    return (
+        f"no GPU visible ({why}): this install is built for CUDA ({', '.join(builds)}) and "
+        "serves on the CPU; give the container a GPU (docker run --gpus all, a Kubernetes "
+        "nvidia.com/gpu limit) or pass --device cpu to say that the CPU is meant"
+    )
