@@ -253,6 +253,7 @@ LABEL org.opencontainers.image.title="ember" \
 # The torch-free runtime serves models that ship an ONNX graph (most BAAI, intfloat and
 # sentence-transformers repos do); `--target cuda` with `ember tei` converts any.
 FROM cpu AS tei
+# hadolint ignore=DL3002
 USER 0:0
 ENV PORT=80 \
     HUGGINGFACE_HUB_CACHE=/data \
