@@ -11,8 +11,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from ember.api.dialects import Translator, Usage, of, usage
-from ember.api.schemas import InputType, Modality, NonEmptyText, StrictBool, StrictInt, TokenIds
-from ember.api.schemas import _Body as Body
+from ember.api.schemas import (
+    InputType,
+    Modality,
+    NonEmptyText,
+    StrictBool,
+    StrictInt,
+    TokenIds,
+    _Body,
+)
 from ember.capabilities import Capability
 from ember.engine import Engine, EngineArray, Result
 from ember.engine.requests import EmbedRequest
@@ -23,7 +30,7 @@ from ember.outputs import DenseVectors, MultiVectors, SparseVectors, is_dense, o
 from ember.prompts import prompt_for
 
 
-class EmbeddingsRequest(Body):
+class EmbeddingsRequest(_Body):
     """OpenAI ``POST /v1/embeddings``."""
 
     input: (
