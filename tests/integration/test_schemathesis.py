@@ -1,5 +1,5 @@
-"""Schemathesis against the served OpenAPI schema: every operation, every phase (examples,
-coverage, fuzzing, stateful) and every check it has (``--checks all``), as a user runs it.
+"""Schemathesis against the served OpenAPI schema: every operation, every phase that applies
+(coverage and fuzzing here) and every check it has (``--checks all``), as a user runs it.
 
 Run through its own CLI (its pytest plugin does not run under pytest 9.2) against the
 session's real server on 127.0.0.1, with a fixed seed and a bounded example count; the run
