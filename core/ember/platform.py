@@ -20,9 +20,8 @@ import orjson
 from pydantic import ValidationError
 
 from ember import tracing
-from ember.api import operations as ops
-from ember.api import schemas as s
 from ember.api.app import EmberApp, create_app
+from ember.api.dialects import cohere, dumps, openai
 from ember.api.dialects import sagemaker as jsonlines
 from ember.api.dialects.sagemaker import JSONLINES
 from ember.api.errors import validation_message
@@ -102,7 +101,7 @@ def _parse(route: ModelRoute, payload: Any) -> Any:
 
 def _plain(body: Any) -> Any:
     """Numpy arrays and all -> plain JSON types (adapters hand bodies to other serialisers)."""
-    return orjson.loads(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY))
+    return orjson.loads(dumps(body))
 
 
 async def dispatch_route(
@@ -111,7 +110,7 @@ async def dispatch_route(
     """Run the operation behind an HTTP path (``/v1/embeddings``, ``/rerank``, ...),
     traced as the HTTP route is (a child of the adapter's own traced request, if any)."""
     if path in ("/v1/models", "/models"):
-        return ops.models_list(engines)
+        return openai.models_list(engines).model_dump(mode="json", exclude_unset=True)
     route = ROUTES_BY_PATH.get(path)
     if route is None:
         known = ", ".join(sorted({*ROUTES_BY_PATH, "/v1/models"}))
@@ -205,8 +204,8 @@ async def dispatch_jsonlines(
 
 
 # Re-exported so adapters can type against them without reaching into submodules.
-EmbeddingsRequest = s.EmbeddingsRequest
-RerankRequest = s.RerankRequest
+EmbeddingsRequest = openai.EmbeddingsRequest
+RerankRequest = cohere.RerankRequest
 
 
 def env_int(name: str, default: int | None) -> int | None:

@@ -16,10 +16,10 @@ from typing import Any
 import cohere
 import httpx
 import numpy as np
-import orjson
 import pytest
 from cohere.core.api_error import ApiError
 
+from ember.api.dialects import dumps
 from ember.api.dialects.cohere import (
     TRUNCATION,
     CohereEmbedRequest,
@@ -75,7 +75,7 @@ class Recorder:
         self.vectors = vectors
         return httpx.Response(
             200,
-            content=orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY),
+            content=dumps(answer),
             headers={"content-type": "application/json"},
         )
 

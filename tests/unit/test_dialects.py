@@ -7,11 +7,11 @@ from __future__ import annotations
 from functools import partial
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from ember.api import operations as ops
-from ember.api import schemas as s
-from ember.api.dialects import cohere, infinity, openai, sagemaker, tei, vllm
+from ember.api.dialects import cohere, dumps, infinity, of, openai, sagemaker, tei, vllm
 from ember.api.routes import ROUTES
 from ember.errors import BadRequest
 from ember.families.registry import by_name
@@ -38,9 +38,9 @@ def test_every_engine_route_is_a_translator_run() -> None:
 @pytest.mark.parametrize(
     ("translator", "body"),
     [
-        (openai.EMBEDDINGS, s.EmbeddingsRequest(input=["a"], dimensions=0)),
-        (infinity.EMBEDDINGS_IMAGE, s.MediaEmbeddingsRequest(input=["x"], dimensions=0)),
-        (tei.EMBED, s.TEIEmbedRequest(inputs="a", dimensions=0)),
+        (openai.EMBEDDINGS, openai.EmbeddingsRequest(input=["a"], dimensions=0)),
+        (infinity.EMBEDDINGS_IMAGE, infinity.MediaEmbeddingsRequest(input=["x"], dimensions=0)),
+        (tei.EMBED, tei.TEIEmbedRequest(inputs="a", dimensions=0)),
     ],
 )
 def test_zero_dimensions_are_the_full_size_in_every_dialect(translator, body) -> None:
@@ -48,7 +48,7 @@ def test_zero_dimensions_are_the_full_size_in_every_dialect(translator, body) ->
 
 
 def test_vllm_truncate_prompt_tokens_keeps_the_last_tokens() -> None:
-    body = s.EmbeddingsRequest(input="a", truncate_prompt_tokens=4)
+    body = openai.EmbeddingsRequest(input="a", truncate_prompt_tokens=4)
     request = openai.EMBEDDINGS.decode(body, LOADING)
     assert (request.max_tokens, request.truncation_direction) == (4, "left")
 
@@ -69,7 +69,7 @@ def test_cohere_names_the_field_its_inputs_came_in() -> None:
 
 
 def test_tei_takes_either_case_of_truncation_direction() -> None:
-    body = s.TEIEmbedOutputRequest(inputs=["a"], truncation_direction="Left")
+    body = tei.TEIEmbedOutputRequest(inputs=["a"], truncation_direction="Left")
     assert tei.EMBED_SPARSE.decode(body, LOADING).truncation_direction == "left"
 
 
@@ -92,3 +92,18 @@ def test_sagemaker_records_decode_to_texts_and_encode_with_their_ids() -> None:
     }
     with pytest.raises(BadRequest, match="record 1"):
         sagemaker.decode({"other": 1}, 1)
+
+
+def test_answers_are_written_as_built_with_unset_fields_left_out() -> None:
+    rows = np.array([[0.5, -1.0]], dtype=np.float32)
+    bare = of(cohere.RerankResult, index=1, relevance_score=0.5)
+    answer = of(tei.TEIEmbedResponse, root=list(rows))
+    assert dumps([bare, answer]) == b'[{"index":1,"relevance_score":0.5},[[0.5,-1.0]]]'
+    assert bare.model_fields_set == {"index", "relevance_score"}
+
+
+def test_each_route_documents_what_its_code_returns() -> None:
+    by_path = {path: route for route in ROUTES for path in route.paths}
+    assert by_path["/v1/embeddings"].answer is openai.EmbeddingsResponse
+    assert by_path["/embed_sparse"].answer is tei.TEIEmbedSparseResponse
+    assert by_path["/decode"].answer is tei.DecodeResponse  # an operation's Reply[...]

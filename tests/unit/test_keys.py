@@ -111,7 +111,7 @@ def test_find_admit_and_limits(tmp_path: Path) -> None:
         b.admit("/v1/x")
     assert refused.value.retry_after == 2
     b.finish(429, admitted=False)
-    assert store.report()["keys"]["b"] == {
+    assert store.report().keys["b"].model_dump() == {
         "requests": 2,
         "inputs": 25,
         "tokens": 300,
@@ -145,9 +145,9 @@ def test_reload_swaps_the_table_and_keeps_unchanged_keys(tmp_path: Path) -> None
     with pytest.raises(Unauthorized):
         store.find(_bearer("ka"))
     a.finish(200, admitted=True)  # the revoked key's request still finishes and counts
-    report = store.report()["keys"]
-    assert report["a"]["active"] is False and report["a"]["statuses"] == {"200": 1}
-    assert report["a"]["in_flight"] == 0
+    report = store.report().keys
+    assert report["a"].active is False and report["a"].statuses == {"200": 1}
+    assert report["a"].in_flight == 0
 
 
 def test_the_plain_key_in_the_file_takes_the_file_entry(tmp_path: Path) -> None:

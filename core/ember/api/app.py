@@ -12,25 +12,26 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
-import orjson
 from fastapi import Body, FastAPI, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, Field
 from starlette.datastructures import State
 
 import ember
 from ember import tracing
-from ember.api import operations as ops
-from ember.api import responses as r
+from ember.api.dialects import dumps, openai, tei
 from ember.api.docs import install_docs
 from ember.api.errors import (
+    CONNECTION_ERRORS,
     client_gone_response,
     ember_error_response,
     error_response,
+    error_responses,
     install_error_handlers,
 )
 from ember.api.fastpath import ModelRouteFastPath
-from ember.api.keys import key_store, reload_on_sighup
+from ember.api.keys import UsageReport, key_store, reload_on_sighup
 from ember.api.middleware import (
     LIVENESS,
     OPEN_PATHS,
@@ -40,6 +41,7 @@ from ember.api.middleware import (
     Scope,
     Send,
     UrlPrefix,
+    is_open,
 )
 from ember.api.request_ids import RequestIds
 from ember.api.routes import ROUTES, ROUTES_BY_PATH, ModelRoute, Operation
@@ -50,6 +52,38 @@ from ember.engine.array import EngineArray
 from ember.errors import EmberError, Unavailable, error_body
 
 log = logging.getLogger(__name__)
+
+TIMING_HEADERS: dict[str, Any] = {
+    name: {"schema": {"type": "string"}, "description": "Milliseconds."}
+    for name in (
+        "x-tokenization-time",
+        "x-queue-time",
+        "x-inference-time",
+        "x-serialization-time",
+        "x-total-time",
+    )
+}
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"]
+    unix: float = Field(description="The server's clock (Infinity's health answer).")
+
+
+class HealthNotReady(BaseModel):
+    status: Literal["loading", "failed"] = Field(
+        description="loading: a model is still loading or warming up; failed: one failed "
+        "to load (the log and /ready say why)."
+    )
+
+
+class LiveResponse(BaseModel):
+    status: Literal["alive"]
+
+
+class ReadyResponse(BaseModel):
+    status: Literal["ready"]
+    models: list[str]
 
 
 def _freeze_loaded_objects() -> None:
@@ -113,7 +147,7 @@ async def run_operation(
         for watcher in watchers:
             watcher.cancel()
     t0 = time.perf_counter()
-    content = orjson.dumps(reply.body, option=orjson.OPT_SERIALIZE_NUMPY)
+    content = dumps(reply.body)
     serialize = time.perf_counter() - t0
     state.metrics.stage_seconds.labels("all", "serialize").observe(serialize)
     tracing.stages(reply.timings, (t0, t0 + serialize))
@@ -174,8 +208,8 @@ class EmberApp(FastAPI):
         else 503 ``{"status": "loading" | "failed"}``."""
         state = self.load_state()
         if state == "ok":
-            return _json({"status": "ok", "unix": time.time()})
-        return _json({"status": state}, 503)
+            return _json(HealthResponse(status="ok", unix=time.time()))
+        return _json(HealthNotReady(status=state), 503)
 
     def readiness(self) -> Response:
         """What ``/ready`` answers: 200 once every model is loaded and warmed, else 503
@@ -191,11 +225,11 @@ class EmberApp(FastAPI):
             return error_response(
                 503, error_body(f"loading: {', '.join(loading)}", "service_unavailable", 503)
             )
-        return _json({"status": "ready", "models": engines.names})
+        return _json(ReadyResponse(status="ready", models=engines.names))
 
 
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+def _json(body: BaseModel, status: int = 200) -> Response:
+    return Response(dumps(body), status_code=status, media_type="application/json")
 
 
 def create_app(
@@ -251,7 +285,7 @@ def create_app(
         version=ember.__version__,
         summary="Embeddings, reranking and classification: OpenAI-, Cohere- and TEI-compatible.",
         lifespan=lifespan,
-        responses=r.error_responses(r.CONNECTION_ERRORS),  # every route: a route's own win
+        responses=error_responses(CONNECTION_ERRORS),  # every route: a route's own win
         docs_url=None,  # install_docs: the same pages, with no CDN
         redoc_url=None,
     )
@@ -270,52 +304,46 @@ def create_app(
                 methods=["POST"],
                 summary=route.summary,
                 tags=[route.tag],
-                response_class=Response,  # run_operation's orjson bytes, documented only:
+                response_class=Response,  # run_operation's bytes of the operation's model:
                 responses={
                     200: {
                         "model": route.answer,
                         "description": "Success",
-                        "headers": r.TIMING_HEADERS,
+                        "headers": TIMING_HEADERS,
                     },
-                    **r.error_responses(route.errors),
+                    **error_responses(route.errors),
                 },
             )
 
-    guarded = r.error_responses((401,))  # behind the API key, as every model route
-    down = r.error_responses((503,))
+    guarded = error_responses((401,))  # behind the API key, as every model route
+    down = error_responses((503,))
+    # The GET routes below are documented by what they return (FastAPI's response model),
+    # fields left unset left out, as the model routes' answers leave them.
+    answered = {"response_model_exclude_unset": True, "response_description": "Success"}
 
-    @app.get(
-        "/v1/models",
-        tags=["OpenAI"],
-        summary="Served models",
-        response_class=Response,
-        responses={200: {"model": r.ModelsResponse, "description": "Success"}, **guarded},
-    )
-    @app.get("/models", include_in_schema=False)
-    async def models() -> Response:
-        return _json(ops.models_list(engines))
+    @app.get("/v1/models", tags=["OpenAI"], summary="Served models", responses=guarded, **answered)
+    @app.get("/models", include_in_schema=False, **answered)
+    async def models() -> openai.ModelsResponse:
+        return openai.models_list(engines)
 
     @app.get(
         "/info",
         tags=["TEI"],
         summary="Model and server facts (TEI-compatible)",
-        response_class=Response,
-        responses={
-            200: {"model": r.InfoResponse, "description": "Success"},
-            **r.error_responses((401, 403)),  # 403: a key that may use none of the models
-        },
+        responses=error_responses((401, 403)),  # 403: a key that may use none of the models
+        **answered,
     )
-    async def info() -> Response:
-        return _json(ops.tei_info(engines, ember.__version__, settings.max_client_batch_size))
+    async def info() -> tei.InfoResponse:
+        return tei.info(engines, ember.__version__, settings.max_client_batch_size)
 
     @app.get(
         "/health",
         tags=["Operations"],
         summary="Readiness: 200 once every model is loaded and warm (as on Infinity, TEI, vLLM)",
-        response_class=Response,
+        response_class=Response,  # app.health's bytes, for /health and platform probes
         responses={
-            200: {"model": r.HealthResponse, "description": "Every model loaded and warm"},
-            503: {"model": r.HealthNotReady, "description": "Loading, or loading failed"},
+            200: {"model": HealthResponse, "description": "Every model loaded and warm"},
+            503: {"model": HealthNotReady, "description": "Loading, or loading failed"},
         },
     )
     async def health() -> Response:
@@ -325,18 +353,17 @@ def create_app(
         LIVENESS,
         tags=["Operations"],
         summary="Liveness: 200 while the process serves, whatever the models do",
-        response_class=Response,
-        responses={200: {"model": r.LiveResponse, "description": "Serving"}},
+        **answered,
     )
-    async def livez() -> Response:
-        return _json({"status": "alive"})
+    async def livez() -> LiveResponse:
+        return LiveResponse(status="alive")
 
     @app.get(
         "/ready",
         tags=["Operations"],
         summary="200 once every model is loaded and warm",
-        response_class=Response,
-        responses={200: {"model": r.ReadyResponse, "description": "Ready"}, **down},
+        response_class=Response,  # app.readiness's bytes, for /ready and platform probes
+        responses={200: {"model": ReadyResponse, "description": "Ready"}, **down},
     )
     async def ready() -> Response:
         return app.readiness()
@@ -355,19 +382,26 @@ def create_app(
         "/admin/usage",
         tags=["Operations"],
         summary="Usage per API key since start (needs an admin key from --api-keys-file)",
-        response_class=Response,
-        responses={
-            200: {"model": r.UsageReport, "description": "Every key name seen"},
-            **r.error_responses((401, 403)),
-        },
+        responses=error_responses((401, 403)),
+        **answered,
     )
-    async def admin_usage() -> Response:
-        return _json(keys.report() if keys is not None else {"keys": {}})
+    async def admin_usage() -> UsageReport:
+        return keys.report() if keys is not None else UsageReport(keys={})
 
-    @app.get("/", include_in_schema=False)
-    async def root(request: Request) -> Response:
-        """A browser opening the server's address lands on the docs (as on Infinity)."""
+    @app.get(
+        "/",
+        tags=["Operations"],
+        summary="A browser opening the server's address lands on the docs (as on Infinity)",
+        status_code=307,
+        response_class=RedirectResponse,
+        response_description="To /docs",
+        responses={307: {"headers": {"Location": {"schema": {"type": "string"}}}}},
+    )
+    async def root(request: Request) -> RedirectResponse:
         return RedirectResponse(request.scope.get("root_path", "") + "/docs")
+
+    if keys is not None:
+        secure_schema(app, OPEN_PATHS | frozenset(open_paths))
 
     def known_paths() -> set[str]:
         """Route paths for metric labels, re-read when an adapter adds routes later."""
@@ -409,6 +443,27 @@ def create_app(
         )
     app.entry = RequestIds(traced_requests(app.entry))  # outermost: every answer has the id
     return app
+
+
+BEARER = {"type": "http", "scheme": "bearer", "description": "--api-key or --api-keys-file"}
+
+
+def secure_schema(app: FastAPI, open_paths: frozenset[str]) -> None:
+    """The served schema names the API key on every operation that needs it (all but the
+    open reads: probes, docs), so a client, or a fuzzer, knows a 401 is an answer."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()
+            schema.setdefault("components", {})["securitySchemes"] = {"bearer": BEARER}
+            for path, operations in schema["paths"].items():
+                for method, operation in operations.items():
+                    if not is_open(method.upper(), path, open_paths):
+                        operation["security"] = [{"bearer": []}]
+        return app.openapi_schema  # type: ignore[return-value]  # set by generate()
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _load_failed(exc: BaseException) -> Response:

@@ -1,12 +1,15 @@
-"""The one place where exceptions become OpenAI-shaped HTTP error bodies."""
+"""The one place where exceptions become OpenAI-shaped HTTP error bodies, and the one
+shape every non-2xx answer has (``ErrorResponse``), documented for each status."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
@@ -18,6 +21,66 @@ log = logging.getLogger(__name__)
 # per kind every few seconds, with the count of those folded into it.
 expected = RateLimitedLog(log, interval=5.0)
 _disconnects = RateLimitedLog(log, interval=5.0)
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str = Field(
+        description="invalid_request_error, authentication_error, not_found_error, "
+        "rate_limit_error, timeout_error, service_unavailable or server_error."
+    )
+    param: str | None = Field(description="The request field at fault, where one is.")
+    code: int = Field(description="The HTTP status.")
+
+
+class ErrorResponse(BaseModel):
+    """Every non-2xx answer (OpenAI's error shape)."""
+
+    error: ErrorDetail
+
+
+# What each error status means, on whichever route lists it.
+ERROR_DESCRIPTIONS: dict[int, str] = {
+    400: "Malformed JSON, or a request the model cannot serve: a task or output it lacks, "
+    "text over its max tokens with `truncate: false`, no `model` with several served.",
+    401: "Missing or wrong API key (with `--api-key` or `--api-keys-file`).",
+    403: "The API key may not use this model or route (`--api-keys-file`), or the route "
+    "needs an admin key.",
+    408: "Any route: the request head did not arrive within `--header-timeout`, or its body "
+    "stalled for `--body-timeout`; the connection closes.",
+    404: "`model` names no served model.",
+    413: "Body over `--payload-limit`, or more inputs than `--max-client-batch-size`.",
+    422: "The body does not fit the schema.",
+    431: "Any route: the request head is over 16 KiB or 100 header lines.",
+    429: "The model cannot take the request in time (queue full or too long a wait), or the "
+    "API key is over one of its own limits (the message names it); retry after `Retry-After`.",
+    500: "A forward pass failed (only the requests in its batch), or an internal error.",
+    499: "Never read by a client: what the metrics and the log record when the client left "
+    "before its answer (its queued inputs are dropped).",
+    503: "The model is still loading, or loading failed; on any route, a new connection "
+    "past `--max-connections`.",
+    504: "The request waited past `--request-timeout`.",
+}
+
+ERROR_HEADERS: dict[int, dict[str, Any]] = {
+    401: {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "`Bearer`"}},
+    429: {"Retry-After": {"schema": {"type": "string"}, "description": "Seconds to wait."}},
+}
+
+# What the connection layer (ember.api.connections) answers on any route, before routing.
+CONNECTION_ERRORS = (408, 431, 503)
+
+
+def error_responses(statuses: tuple[int, ...]) -> dict[int | str, dict[str, Any]]:
+    """``add_api_route(responses=...)`` entries: each status with the one error model."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        entry: dict[str, Any] = {"model": ErrorResponse, "description": ERROR_DESCRIPTIONS[status]}
+        if status in ERROR_HEADERS:
+            entry["headers"] = ERROR_HEADERS[status]
+        out[status] = entry
+    return out
+
 
 _HTTP_TYPES = {
     401: "authentication_error",
@@ -101,8 +164,23 @@ def exception_response(exc: Exception) -> Response:
     )
 
 
+def allowed_methods(app: FastAPI, path: str) -> str:
+    """Every method some route answers on ``path``: Starlette's 405 names only the first
+    route's, and ``/`` has two (GET redirects to the docs, POST is TEI's)."""
+    methods = {
+        m
+        for r in app.routes
+        if getattr(r, "path", None) == path
+        for m in getattr(r, "methods", None) or ()
+    }
+    return ", ".join(sorted(methods))
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    async def handle(_: Request, exc: Exception) -> Response:
+    async def handle(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, HTTPException) and exc.status_code == 405:
+            path = request.scope["path"].removeprefix(request.scope.get("root_path", ""))
+            exc.headers = {**(exc.headers or {}), "Allow": allowed_methods(app, path)}
         return exception_response(exc)
 
     for kind in (EmberError, RequestValidationError, HTTPException, Exception):

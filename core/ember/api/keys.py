@@ -120,6 +120,20 @@ def _bucket(rate: float | None, burst: float | None) -> TokenBucket | None:
     return None if rate is None else TokenBucket(rate, burst or max(1.0, rate))
 
 
+class KeyUsageReport(BaseModel):
+    requests: int = Field(description="Requests answered, every status.")
+    inputs: int = Field(description="Inputs the engine served (cache hits included).")
+    tokens: int
+    statuses: dict[str, int] = Field(description="Requests by answer status.")
+    errors: dict[str, int] = Field(description="Requests answered 4xx or 5xx, by status.")
+    in_flight: int
+    active: bool = Field(description="False once a reload revoked the key.")
+
+
+class UsageReport(BaseModel):  # GET /admin/usage
+    keys: dict[str, KeyUsageReport]
+
+
 @dataclass
 class KeyUsage:
     """One key name's counts since the server started, across reloads."""
@@ -130,16 +144,17 @@ class KeyUsage:
     statuses: dict[str, int] = field(default_factory=dict)
     in_flight: int = 0
 
-    def report(self) -> dict[str, Any]:
+    def report(self, active: bool) -> KeyUsageReport:
         errors = {s: n for s, n in sorted(self.statuses.items()) if int(s) >= 400}
-        return {
-            "requests": self.requests,
-            "inputs": self.inputs,
-            "tokens": self.tokens,
-            "statuses": dict(sorted(self.statuses.items())),
-            "errors": errors,
-            "in_flight": self.in_flight,
-        }
+        return KeyUsageReport(
+            requests=self.requests,
+            inputs=self.inputs,
+            tokens=self.tokens,
+            statuses=dict(sorted(self.statuses.items())),
+            errors=errors,
+            in_flight=self.in_flight,
+            active=active,
+        )
 
 
 class Key:
@@ -340,15 +355,12 @@ class KeyStore:
             raise Unauthorized(UNAUTHORIZED)
         return key
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> UsageReport:
         """``GET /admin/usage``: every key name seen since start, revoked ones included."""
         active = {key.name for key in self.table.values()}
-        return {
-            "keys": {
-                name: {**usage.report(), "active": name in active}
-                for name, usage in sorted(self.usage.items())
-            }
-        }
+        return UsageReport(
+            keys={name: usage.report(name in active) for name, usage in sorted(self.usage.items())}
+        )
 
 
 def key_store(metrics: Metrics, path: str | None, plain_key: str | None) -> KeyStore | None:

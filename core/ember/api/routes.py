@@ -10,16 +10,21 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated, Any
 
-from pydantic import Discriminator, Tag, TypeAdapter
+from pydantic import Discriminator, RootModel, Tag, TypeAdapter
 
 from ember.api import operations as ops
-from ember.api import responses as r
-from ember.api import schemas as s
-from ember.api import tei
-from ember.api.dialects import cohere, infinity, openai, vllm
-from ember.api.dialects import tei as tei_dialect
-from ember.api.operations import Operation, translated
+from ember.api.dialects import cohere, infinity, openai, tei, vllm
+from ember.api.operations import Operation, Reply, answer_of, translated
 from ember.engine.array import EngineArray
+
+# The statuses a route can answer besides 200, derived from the request path: the edge
+# (401, 403 and 429 by the key's own rules, 413), validation (400 malformed JSON, 422), the
+# engine array (400, 404, 403 for a model the key may not use), the batch limit (413),
+# admission and deadline (429, 504), loading (503), a failed forward (500), a client gone
+# before its answer (499, recorded only).
+MODEL_ERRORS = (400, 401, 403, 404, 413, 422, 429, 499, 500, 503, 504)
+# /tokenize and /decode run on the tokenizer only: no queue, so no 504 (429 only by a key).
+TOKENIZER_ERRORS = (400, 401, 403, 404, 413, 422, 429, 499, 500, 503)
 
 
 def _rerank_kind(value: Any) -> str:
@@ -27,16 +32,20 @@ def _rerank_kind(value: Any) -> str:
 
 
 AnyRerankRequest = Annotated[
-    Annotated[s.RerankRequest, Tag("cohere")] | Annotated[s.TEIRerankRequest, Tag("tei")],
+    Annotated[cohere.RerankRequest, Tag("cohere")] | Annotated[tei.TEIRerankRequest, Tag("tei")],
     Discriminator(_rerank_kind),
 ]
 
 
-async def rerank_either(engines: EngineArray, body: Any, limit: int) -> ops.Reply:
+class AnyRerankResponse(RootModel[infinity.InfinityRerankResponse | list[tei.TEIRank]]):
+    """Infinity's answer for a ``documents`` body, TEI's list for a ``texts`` body."""
+
+
+async def rerank_either(engines: EngineArray, body: Any, limit: int) -> Reply[AnyRerankResponse]:
     """``/rerank`` is Infinity's route and TEI's: Infinity's body (``documents``, Cohere's
     fields) gets Infinity's answer, TEI's (``texts``) TEI's."""
-    if isinstance(body, s.TEIRerankRequest):
-        return await ops.run(tei_dialect.RERANK, engines, body, limit)
+    if isinstance(body, tei.TEIRerankRequest):
+        return await ops.run(tei.RERANK, engines, body, limit)
     return await ops.run(infinity.RERANK, engines, body, limit)
 
 
@@ -47,8 +56,12 @@ class ModelRoute:
     operation: Operation
     summary: str
     tag: str
-    answer: Any  # the 200 body's model, for the schema (the operation builds the bytes)
-    errors: tuple[int, ...] = r.MODEL_ERRORS  # every other status it can answer
+    errors: tuple[int, ...] = MODEL_ERRORS  # every other status it can answer
+
+    @cached_property
+    def answer(self) -> Any:
+        """The 200 body's model: what the operation's code returns (``answer_of``)."""
+        return answer_of(self.operation)
 
     @cached_property
     def adapter(self) -> TypeAdapter[Any]:
@@ -59,35 +72,31 @@ class ModelRoute:
 ROUTES = (
     ModelRoute(
         ("/v1/embeddings", "/embeddings"),
-        s.EmbeddingsRequest,
+        openai.EmbeddingsRequest,
         translated(openai.EMBEDDINGS),
         "Create embeddings (OpenAI-compatible)",
         "OpenAI",
-        r.EmbeddingsResponse,
     ),
     ModelRoute(
         ("/embeddings_image",),
-        s.MediaEmbeddingsRequest,
+        infinity.MediaEmbeddingsRequest,
         translated(infinity.EMBEDDINGS_IMAGE),
         "Embed images (Infinity's legacy route: /v1/embeddings with modality image)",
         "Infinity",
-        r.EmbeddingsResponse,
     ),
     ModelRoute(
         ("/embeddings_audio",),
-        s.MediaEmbeddingsRequest,
+        infinity.MediaEmbeddingsRequest,
         translated(infinity.EMBEDDINGS_AUDIO),
         "Embed audio (Infinity's legacy route: /v1/embeddings with modality audio)",
         "Infinity",
-        r.EmbeddingsResponse,
     ),
     ModelRoute(
         ("/v1/rerank", "/v2/rerank"),
-        s.RerankRequest,
+        cohere.RerankRequest,
         translated(cohere.RERANK),
         "Rerank documents (Cohere-compatible)",
         "Cohere",
-        r.RerankResponse,
     ),
     ModelRoute(
         ("/rerank",),
@@ -95,7 +104,6 @@ ROUTES = (
         rerank_either,
         "Rerank: Infinity's body and answer (`documents`; `document` a string) or TEI's (`texts`)",
         "Infinity / TEI",
-        r.AnyRerankResponse,
     ),
     ModelRoute(
         ("/score", "/v1/score"),
@@ -103,7 +111,6 @@ ROUTES = (
         translated(vllm.SCORE),
         "Score text pairs: cross-encoder, LLM reranker, MaxSim or cosine (vLLM-compatible)",
         "vLLM",
-        r.ScoreResponse,
     ),
     ModelRoute(
         ("/v1/embed",),
@@ -111,7 +118,6 @@ ROUTES = (
         translated(cohere.EMBED),
         "Embed with output types (Cohere v1-compatible)",
         "Cohere",
-        r.CohereEmbedResponse,
     ),
     ModelRoute(
         ("/v2/embed",),
@@ -119,56 +125,49 @@ ROUTES = (
         translated(cohere.EMBED),
         "Embed with output types (Cohere v2-compatible)",
         "Cohere",
-        r.CohereEmbedResponse,
     ),
     ModelRoute(
         ("/classify",),
-        s.ClassifyRequest,
+        infinity.ClassifyRequest,
         translated(infinity.CLASSIFY),
         "Classify texts",
         "Classify",
-        r.ClassifyResponse,
     ),
     ModelRoute(
         ("/predict",),
-        s.TEIPredictRequest,
-        translated(tei_dialect.PREDICT),
+        tei.TEIPredictRequest,
+        translated(tei.PREDICT),
         "Classify texts (TEI-compatible)",
         "TEI",
-        r.TEIPredictResponse,
     ),
     ModelRoute(
         ("/embed",),
-        s.TEIEmbedRequest,
-        translated(tei_dialect.EMBED),
+        tei.TEIEmbedRequest,
+        translated(tei.EMBED),
         "Embed (TEI-compatible)",
         "TEI",
-        r.TEIEmbedResponse,
     ),
     ModelRoute(
         ("/embed_sparse",),
-        s.TEIEmbedOutputRequest,
-        translated(tei_dialect.EMBED_SPARSE),
+        tei.TEIEmbedOutputRequest,
+        translated(tei.EMBED_SPARSE),
         "Sparse embeddings: SPLADE, BGE-M3 (TEI-compatible)",
         "TEI",
-        r.TEIEmbedSparseResponse,
     ),
     ModelRoute(
         ("/embed_all",),
-        s.TEIEmbedOutputRequest,
-        translated(tei_dialect.EMBED_ALL),
+        tei.TEIEmbedOutputRequest,
+        translated(tei.EMBED_ALL),
         "Multi-vector embeddings: ColBERT, BGE-M3 (TEI-compatible)",
         "TEI",
-        r.TEIEmbedAllResponse,
     ),
     ModelRoute(
         ("/tokenize",),
-        s.TEITokenizeRequest,
+        tei.TEITokenizeRequest,
         tei.tokenize,
         "Tokenize (TEI-compatible)",
         "TEI",
-        r.TokenizeResponse,
-        r.TOKENIZER_ERRORS,
+        TOKENIZER_ERRORS,
     ),
     ModelRoute(
         ("/decode",),
@@ -176,16 +175,14 @@ ROUTES = (
         tei.decode,
         "Token ids to text (TEI-compatible)",
         "TEI",
-        r.DecodeResponse,
-        r.TOKENIZER_ERRORS,
+        TOKENIZER_ERRORS,
     ),
     ModelRoute(
         ("/similarity",),
-        tei_dialect.SimilarityRequest,
-        translated(tei_dialect.SIMILARITY),
+        tei.SimilarityRequest,
+        translated(tei.SIMILARITY),
         "Sentence similarity: cosine of a source sentence to others (TEI-compatible)",
         "TEI",
-        r.SimilarityResponse,
     ),
     ModelRoute(
         ("/",),
@@ -193,7 +190,6 @@ ROUTES = (
         tei.root,
         "By the body and the model's kind: embed, predict, rerank or similarity (TEI-compatible)",
         "TEI",
-        r.RootResponse,
     ),
 )
 

@@ -116,9 +116,16 @@ class EngineArray:
         """Like get(), but with no name and several models, pick the one that has
         ``capability`` (``embed`` counts any embedding output)."""
         if not name and len(self.engines) > 1:
-            doing = [e for e in self.visible() if e.model is not None and e.family.does(capability)]
+            visible = self.visible()
+            doing = [e for e in visible if e.model is not None and e.family.does(capability)]
             if len(doing) == 1:
                 return _allowed(doing[0])
+            if not doing and visible and all(e.model is not None for e in visible):
+                # Naming one would not help: say so rather than ask for a name.
+                raise BadRequest(
+                    f"no served model does {capability} (served: {self._served()})",
+                    param="model",
+                )
         return self.get(name)
 
     def tokenizing(self, name: str | None) -> Engine:

@@ -25,14 +25,14 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ember.api import schemas as s
-from ember.api.dialects import Translator, usage
-from ember.api.schemas import NonEmptyText, StrictInt, _Body
+from ember.api.dialects import Translator, Usage, of, usage
+from ember.api.schemas import INSTRUCTION, NonEmptyText, PositiveInt, StrictBool, _Body
 from ember.capabilities import Capability, Modality
 from ember.engine import Engine, Result
-from ember.engine.requests import EmbedRequest, RerankRequest
+from ember.engine.requests import EmbedRequest
+from ember.engine.requests import RerankRequest as RerankCall
 from ember.errors import BadRequest
 from ember.heads.quantize import EmbeddingType, encode_embeddings, to_float
 from ember.outputs import DenseVectors, Scores
@@ -51,8 +51,20 @@ TRUNCATION: dict[str, tuple[bool, Literal["left", "right"]]] = {
 }
 
 
+def _one_of(*fields: str) -> dict[str, Any]:
+    """The schema's rule that the body holds at least one of ``fields``, not null."""
+    return {
+        "anyOf": [
+            {"required": [name], "properties": {name: {"type": "array", "minItems": 1}}}
+            for name in fields
+        ]
+    }
+
+
 class CohereEmbedRequest(_Body):
     """Cohere ``POST /v1/embed``: answers ``embeddings_floats`` unless ``embedding_types``."""
+
+    model_config = ConfigDict(**_Body.model_config, json_schema_extra=_one_of("texts", "images"))
 
     texts: Annotated[list[NonEmptyText], Field(min_length=1)] | None = Field(
         None, description="The texts to embed."
@@ -80,8 +92,8 @@ class CohereEmbedRequest(_Body):
         description="NONE: refuse over-long text (400); START: cut its start; END (default): "
         "cut its end.",
     )
-    output_dimension: StrictInt | None = Field(
-        None, ge=1, description="Matryoshka: keep the first N values, then re-normalise."
+    output_dimension: PositiveInt | None = Field(
+        None, description="Matryoshka: keep the first N values, then re-normalise."
     )
 
     @field_validator("truncate", mode="before")
@@ -100,12 +112,54 @@ class CohereEmbedRequest(_Body):
 class CohereEmbedV2Request(CohereEmbedRequest):
     """Cohere ``POST /v2/embed``: always answers ``embeddings_by_type`` (float by default)."""
 
+    model_config = ConfigDict(
+        **_Body.model_config, json_schema_extra=_one_of("texts", "images", "inputs")
+    )
+
     inputs: list[Any] | None = Field(
         None, description="Refused: mixed text-and-image content; send `texts` or `images`."
     )
-    max_tokens: StrictInt | None = Field(
-        None, ge=1, description="Accepted when at least the model's max tokens (a no-op)."
+    max_tokens: PositiveInt | None = Field(
+        None, description="Accepted when at least the model's max tokens (a no-op)."
     )
+
+
+class ApiVersion(BaseModel):
+    version: str
+
+
+class BilledUnits(BaseModel):
+    input_tokens: int
+
+
+class EmbedMeta(BaseModel):
+    api_version: ApiVersion
+    billed_units: BilledUnits
+
+
+Floats = list[list[float]]
+Ints = list[list[int]]
+
+
+# Each field is named as its JSON key (``float`` too): answers are written as built.
+class EmbeddingsByType(BaseModel):
+    float: Floats | None = None
+    int8: Ints | None = None
+    uint8: Ints | None = None
+    binary: Ints | None = None
+    ubinary: Ints | None = None
+    base64: list[str] | None = None
+
+
+class CohereEmbedResponse(BaseModel):
+    id: str
+    response_type: Literal["embeddings_floats", "embeddings_by_type"]
+    embeddings: Floats | EmbeddingsByType = Field(
+        description="embeddings_floats: a list of float lists; embeddings_by_type: an "
+        "object keyed by the asked `embedding_types`."
+    )
+    texts: list[str]
+    meta: EmbedMeta
 
 
 def embed_response(
@@ -115,24 +169,27 @@ def embed_response(
     *,
     embedding_types: list[str] | None,
     api_version: str,
-) -> dict[str, Any]:
+) -> CohereEmbedResponse:
     """Cohere's answer. ``embedding_types=None`` gives v1's ``embeddings_floats`` shape."""
-    embeddings: list | dict[str, list]
+    embeddings: list | EmbeddingsByType
     if embedding_types is None:
         response_type, embeddings = "embeddings_floats", list(to_float(vectors))
     else:
         response_type = "embeddings_by_type"
-        embeddings = encode_embeddings(vectors, embedding_types)
-    return {
-        "id": str(uuid.uuid4()),
-        "response_type": response_type,
-        "embeddings": embeddings,
-        "texts": texts,
-        "meta": {
-            "api_version": {"version": api_version},
-            "billed_units": {"input_tokens": input_tokens},
-        },
-    }
+        embeddings = of(EmbeddingsByType, **encode_embeddings(vectors, embedding_types))
+    meta = of(
+        EmbedMeta,
+        api_version=of(ApiVersion, version=api_version),
+        billed_units=of(BilledUnits, input_tokens=input_tokens),
+    )
+    return of(
+        CohereEmbedResponse,
+        id=str(uuid.uuid4()),
+        response_type=response_type,
+        embeddings=embeddings,
+        texts=texts,
+        meta=meta,
+    )
 
 
 def _items(body: CohereEmbedRequest) -> tuple[list[str], Modality]:
@@ -198,7 +255,9 @@ class Embed(Translator[CohereEmbedRequest, EmbedRequest]):
             **common,
         )
 
-    def encode(self, body: CohereEmbedRequest, engine: Engine, result: Result) -> Any:
+    def encode(
+        self, body: CohereEmbedRequest, engine: Engine, result: Result
+    ) -> CohereEmbedResponse:
         v2 = isinstance(body, CohereEmbedV2Request)
         texts = body.texts if body.texts and not body.images else []
         return embed_response(
@@ -210,23 +269,63 @@ class Embed(Translator[CohereEmbedRequest, EmbedRequest]):
         )
 
 
-def envelope(kind: str, key: str, payload: Any, model: str, tokens: int) -> dict[str, Any]:
-    """The response frame Cohere/Infinity clients expect around rerank and classify results."""
+class RerankDocument(_Body):
+    text: NonEmptyText
+
+
+class RerankRequest(_Body):
+    """Cohere's ``POST /v1/rerank`` and ``/v2/rerank`` body, and Infinity's ``/rerank``."""
+
+    query: NonEmptyText
+    documents: Annotated[list[NonEmptyText | RerankDocument], Field(min_length=1)]
+    model: str | None = None
+    top_n: PositiveInt | None = Field(None, description="Return only the best N.")
+    return_documents: StrictBool = False
+    raw_scores: StrictBool = Field(False, description="Logits instead of sigmoid scores.")
+    truncate: StrictBool = True
+    instruction: NonEmptyText | None = Field(None, description=INSTRUCTION)
+    modality: Literal["text", "image"] = Field(
+        "text",
+        description="What `documents` hold: image for page images (URLs or data: URIs) "
+        "scored by MaxSim against the text query (ColPali, ColQwen2).",
+    )
+
+
+class RerankDocumentOut(BaseModel):
+    text: str
+
+
+class RerankResult(BaseModel):
+    index: int
+    relevance_score: float
+    document: RerankDocumentOut | None = Field(None, description="With `return_documents`.")
+
+
+class RerankResponse(BaseModel):
+    id: str
+    object: Literal["rerank"]
+    results: list[RerankResult]
+    model: str
+    usage: Usage
+    created: int
+
+
+def frame(model: str, tokens: int) -> dict[str, Any]:
+    """The fields of the frame Cohere's and Infinity's clients read around rerank and
+    classify results, besides ``object`` and the results."""
     return {
         "id": str(uuid.uuid4()),
-        "object": kind,
-        key: payload,
         "model": model,
         "usage": usage(tokens),
         "created": int(time.time()),
     }
 
 
-def documents(body: s.RerankRequest) -> list[str]:
+def documents(body: RerankRequest) -> list[str]:
     return [d if isinstance(d, str) else d.text for d in body.documents]
 
 
-class Rerank(Translator[s.RerankRequest, RerankRequest]):
+class Rerank(Translator[RerankRequest, RerankCall]):
     """Cohere's ``/v1/rerank``, ``/v2/rerank``: the best ``top_n`` documents first;
     ``document`` is ``{"text": ...}``, there only with ``return_documents``, as the Cohere
     SDKs read it."""
@@ -234,11 +333,11 @@ class Rerank(Translator[s.RerankRequest, RerankRequest]):
     capability = "rerank"
     field = "documents"
 
-    def count(self, body: s.RerankRequest) -> int:
+    def count(self, body: RerankRequest) -> int:
         return len(body.documents)
 
-    def decode(self, body: s.RerankRequest, engine: Engine) -> RerankRequest:
-        return RerankRequest(
+    def decode(self, body: RerankRequest, engine: Engine) -> RerankCall:
+        return RerankCall(
             body.query,
             documents(body),
             raw_scores=body.raw_scores,
@@ -248,23 +347,31 @@ class Rerank(Translator[s.RerankRequest, RerankRequest]):
             scale="probability",
         )
 
-    def document(self, text: str | None) -> dict[str, Any]:
-        """How a result carries its document's text (None: not asked for)."""
-        return {} if text is None else {"document": {"text": text}}
+    def result(self, index: int, score: float, text: str | None) -> Any:
+        """One result; its document's text there only when asked for (``text`` not None)."""
+        if text is None:
+            return of(RerankResult, index=index, relevance_score=score)
+        document = of(RerankDocumentOut, text=text)
+        return of(RerankResult, index=index, relevance_score=score, document=document)
 
-    def encode(self, body: s.RerankRequest, engine: Engine, result: Result) -> Any:
+    def ranked(self, body: RerankRequest, result: Result) -> list[Any]:
+        """The best ``top_n`` results, best first."""
         assert isinstance(result.output, Scores)
         scores: Sequence[float] = result.output.values
         docs = documents(body) if body.return_documents else None
-        results = [
-            {
-                "index": int(i),
-                "relevance_score": float(scores[i]),
-                **self.document(docs[i] if docs is not None else None),
-            }
+        return [
+            self.result(int(i), float(scores[i]), docs[i] if docs is not None else None)
             for i in result.output.best_first(body.top_n)
         ]
-        return envelope("rerank", "results", results, engine.name, result.prompt_tokens)
+
+    def encode(self, body: RerankRequest, engine: Engine, result: Result) -> RerankResponse:
+        results = self.ranked(body, result)
+        return of(
+            RerankResponse,
+            object="rerank",
+            results=results,
+            **frame(engine.name, result.prompt_tokens),
+        )
 
 
 EMBED = Embed()

@@ -1,24 +1,136 @@
 """TEI's dialect (text-embeddings-inference's routes, and what Hugging Face's
 ``InferenceClient`` sends them): ``/embed``, ``/embed_sparse``, ``/embed_all``, ``/rerank``
-with ``texts``, ``/predict``, ``/similarity``, and ``/`` with the Inference API's
-text-classification ``parameters``. ``ember.api.tei`` routes ``/`` to these by the body
-and the model's kind."""
+with ``texts``, ``/predict``, ``/similarity``, ``/tokenize``, ``/decode``, ``/info``, and
+``/`` with the Inference API's text-classification ``parameters``: their bodies, their
+answers and the translators between them and the engine.
+
+What TEI does (``router/src/http/server.rs``): ``/`` is bound at start-up to one handler by
+the served model's type: ``/predict`` for a classifier, ``/rerank`` for a reranker, and for
+an embedding model ``/embed`` (``/embed_sparse`` for SPLADE, ``/similarity`` when started
+with ``TASK=sentence-similarity``). ``/similarity`` embeds the source sentence and the
+others and answers their cosine similarities; ``/decode`` answers one string per id list.
+
+What ``InferenceClient`` (huggingface_hub 2.4, provider ``hf-inference``, which posts to a
+URL given as ``model`` as it is) sends, read from its source:
+- ``feature_extraction``: ``{"inputs", "normalize", "prompt_name", "truncate",
+  "truncation_direction", "dimensions", "encoding_format"}`` at the top level, unset ones
+  left out; it reads ``[[float]]``.
+- ``sentence_similarity``: ``{"inputs": {"source_sentence", "sentences"}, "parameters": {}}``;
+  it reads ``[float]``.
+- ``text_classification``: ``{"inputs", "parameters": {"function_to_apply", "top_k"}}``,
+  ``parameters`` always sent (``{}`` when both are unset); it reads ``[[{"label", "score"}]]``
+  and returns the inner list (TEI's flat ``[{"label", "score"}]`` would give it only the
+  best label), so a body with ``parameters`` gets the nested shape.
+
+Ember serves several models, so ``/`` reads the body first: ``{"query", "texts"}`` reranks,
+an ``inputs`` object is a similarity, and text ``inputs`` goes by the model's kind as on
+TEI (a classifier predicts, an embedding model embeds). With no ``model`` and several
+served, text ``inputs`` goes to the model that embeds, and with ``parameters`` (the
+Inference API's classification body) to the model that classifies.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Discriminator, Field, RootModel, Tag
 
-from ember.api import schemas as s
-from ember.api.dialects import Translator, as_list, classify_request
-from ember.api.schemas import NonEmptyText, StrictBool, StrictInt, _Body
+from ember.api.dialects import LabelScore, Translator, as_list, classify_request, label_rows, of
+from ember.api.dialects.openai import dense_dimensions
+from ember.api.operations import Reply, check_batch, run
+from ember.api.schemas import (
+    INSTRUCTION,
+    NonEmptyText,
+    PositiveInt,
+    StrictBool,
+    StrictInt,
+    TokenIds,
+    _Body,
+)
 from ember.capabilities import Capability
-from ember.engine import Engine, Result
+from ember.engine import Engine, EngineArray, Result, Timings
 from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest
-from ember.outputs import DenseVectors, Labels, MultiVectors, OutputValue, Scores, SparseVectors
+from ember.errors import BadRequest, Forbidden, NotReady
+from ember.outputs import (
+    DenseVectors,
+    Labels,
+    MultiVectors,
+    OutputValue,
+    Scores,
+    SparseVectors,
+    is_dense,
+    output_type,
+)
 
 Direction = Literal["right", "left", "Right", "Left"]
+
+
+class TEIEmbedRequest(_Body):
+    """TEI ``POST /embed``."""
+
+    inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
+    normalize: StrictBool = True
+    truncate: StrictBool = True
+    truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
+    prompt_name: str | None = None
+    dimensions: StrictInt | None = None
+    model: str | None = None
+
+
+class TEIEmbedOutputRequest(_Body):
+    """TEI ``POST /embed_sparse`` and ``/embed_all``."""
+
+    inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
+    truncate: StrictBool = True
+    truncation_direction: Literal["right", "left", "Right", "Left"] = "right"
+    prompt_name: str | None = Field(
+        None, description="A prompt of the model's; on ColBERT models `query` or `document`."
+    )
+    model: str | None = None
+
+
+class TEIRerankRequest(_Body):
+    """TEI ``POST /rerank``: told apart from Cohere's body by ``texts``."""
+
+    query: NonEmptyText
+    texts: Annotated[list[NonEmptyText], Field(min_length=1)]
+    top_n: PositiveInt | None = Field(
+        None, description="Return only the best N (LiteLLM's huggingface/ sends it)."
+    )
+    return_text: StrictBool = False
+    raw_scores: StrictBool = False
+    truncate: StrictBool = True
+    model: str | None = None
+    instruction: NonEmptyText | None = Field(None, description=INSTRUCTION)
+
+
+class TEIPredictRequest(_Body):
+    """TEI ``POST /predict``."""
+
+    inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
+    raw_scores: StrictBool = False
+    truncate: StrictBool = True
+    model: str | None = None
+
+
+class TEITokenizeRequest(_Body):
+    """TEI ``POST /tokenize``."""
+
+    inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
+    add_special_tokens: StrictBool = True
+    prompt_name: str | None = None
+    model: str | None = None
+
+
+class DecodeRequest(_Body):
+    """TEI ``POST /decode``."""
+
+    ids: TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
+        description="One token-id list or a list of them."
+    )
+    skip_special_tokens: StrictBool = True
+    model: str | None = None
 
 
 class SimilarityInputs(_Body):
@@ -44,10 +156,10 @@ class ClassificationParameters(_Body):
     """The Inference API's text-classification parameters (``InferenceClient`` sends them)."""
 
     function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
-    top_k: StrictInt | None = Field(None, ge=1)
+    top_k: PositiveInt | None = None
 
 
-class RootInputsRequest(s.TEIEmbedRequest):
+class RootInputsRequest(TEIEmbedRequest):
     """``POST /`` with text ``inputs``: /embed's fields, /predict's ``raw_scores``, and the
     Inference API's classification ``parameters``."""
 
@@ -55,9 +167,83 @@ class RootInputsRequest(s.TEIEmbedRequest):
     parameters: ClassificationParameters | None = None
 
 
+# The answers
+
+
+class TEIRank(BaseModel):
+    index: int
+    score: float
+    text: str | None = Field(None, description="With `return_text`.")
+
+
+class SparseValue(BaseModel):
+    index: int
+    value: float
+
+
+class Token(BaseModel):
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
+
+
+class TEIEmbedResponse(RootModel[list[list[float]]]):
+    """One vector per input."""
+
+
+class TEIEmbedSparseResponse(RootModel[list[list[SparseValue]]]):
+    """Per input: the non-zero weights, sorted by index."""
+
+
+class TEIEmbedAllResponse(RootModel[list[list[list[float]]]]):
+    """Per input: one vector per kept token."""
+
+
+class TEIRerankResponse(RootModel[list[TEIRank]]):
+    """The best ``top_n`` texts, best first."""
+
+
+class TEIPredictResponse(RootModel[list[LabelScore] | list[list[LabelScore]]]):
+    """Every label, best first: one list for a string input, a list of them for a list."""
+
+
+class InferenceClassifyResponse(RootModel[list[list[LabelScore]]]):
+    """Per input, its labels scored by ``function_to_apply``, cut to ``top_k``."""
+
+
+class TokenizeResponse(RootModel[list[list[Token]]]):
+    """Per input: its tokens."""
+
+
+class DecodeResponse(RootModel[list[str]]):
+    """One text per id list."""
+
+
+class SimilarityResponse(RootModel[list[float]]):
+    """The cosine of the source sentence to each sentence."""
+
+
+class RootResponse(
+    RootModel[
+        list[list[float]]
+        | list[list[SparseValue]]
+        | list[list[list[float]]]
+        | list[LabelScore]
+        | list[list[LabelScore]]
+        | list[TEIRank]
+        | list[float]
+    ]
+):
+    """What the route it stands for answers: /embed, /embed_sparse, /embed_all, /predict
+    (``[[{"label", "score"}]]`` with the Inference API's ``parameters``), /rerank (TEI's)
+    or /similarity."""
+
+
 def text_request(
     texts: list,
-    body: s.TEIEmbedOutputRequest | SimilarityParameters,
+    body: TEIEmbedOutputRequest | SimilarityParameters,
     output: type[OutputValue],
     **fields: Any,
 ) -> EmbedRequest:
@@ -85,7 +271,7 @@ class _Inputs(Translator[Any, Any]):
 class Embed(_Inputs):
     """``/embed``: ``[[float]]``."""
 
-    def decode(self, body: s.TEIEmbedRequest, engine: Engine) -> EmbedRequest:
+    def decode(self, body: TEIEmbedRequest, engine: Engine) -> EmbedRequest:
         return text_request(
             as_list(body.inputs),
             body,
@@ -94,45 +280,62 @@ class Embed(_Inputs):
             dimensions=body.dimensions,
         )
 
-    def encode(self, body: s.TEIEmbedRequest, engine: Engine, result: Result) -> Any:
-        return result.outputs
+    def encode(self, body: TEIEmbedRequest, engine: Engine, result: Result) -> TEIEmbedResponse:
+        return of(TEIEmbedResponse, root=result.outputs)
 
 
 class EmbedOutput(_Inputs):
-    """``/embed_sparse`` (per input ``[{"index", "value"}]`` sorted by index, zeros
-    dropped) and ``/embed_all`` (per input one vector per token, ``[[[float]]]``)."""
+    """A TEI route of one embedding output other than dense (``output``)."""
 
-    def __init__(self, output: type[SparseVectors] | type[MultiVectors]) -> None:
-        self.output = output
+    output: type[SparseVectors] | type[MultiVectors]
 
-    def pick(self, body: s.TEIEmbedOutputRequest) -> Capability:
+    def pick(self, body: TEIEmbedOutputRequest) -> Capability:
         return self.output.capability
 
-    def decode(self, body: s.TEIEmbedOutputRequest, engine: Engine) -> EmbedRequest:
+    def decode(self, body: TEIEmbedOutputRequest, engine: Engine) -> EmbedRequest:
         return text_request(as_list(body.inputs), body, self.output)
 
-    def encode(self, body: s.TEIEmbedOutputRequest, engine: Engine, result: Result) -> Any:
-        if not isinstance(result.output, SparseVectors):
-            return result.outputs
-        return [
+
+class EmbedSparse(EmbedOutput):
+    """``/embed_sparse``: per input ``[{"index", "value"}]`` sorted by index, zeros dropped."""
+
+    output = SparseVectors
+
+    def encode(
+        self, body: TEIEmbedOutputRequest, engine: Engine, result: Result
+    ) -> TEIEmbedSparseResponse:
+        assert isinstance(result.output, SparseVectors)
+        rows = [
             [
-                {"index": int(i), "value": float(v)}
+                of(SparseValue, index=int(i), value=float(v))
                 for i, v in zip(vec.indices, vec.values, strict=True)
             ]
             for vec in result.output.vectors
         ]
+        return of(TEIEmbedSparseResponse, root=rows)
 
 
-class Rerank(Translator[s.TEIRerankRequest, RerankRequest]):
+class EmbedAll(EmbedOutput):
+    """``/embed_all``: per input one vector per token, ``[[[float]]]``."""
+
+    output = MultiVectors
+
+    def encode(
+        self, body: TEIEmbedOutputRequest, engine: Engine, result: Result
+    ) -> TEIEmbedAllResponse:
+        return of(TEIEmbedAllResponse, root=result.outputs)
+
+
+class Rerank(Translator[TEIRerankRequest, RerankRequest]):
     """TEI's ``/rerank`` (``texts``): ``[{"index", "score"(, "text")}]``, best first."""
 
     capability = "rerank"
     field = "texts"
 
-    def count(self, body: s.TEIRerankRequest) -> int:
+    def count(self, body: TEIRerankRequest) -> int:
         return len(body.texts)
 
-    def decode(self, body: s.TEIRerankRequest, engine: Engine) -> RerankRequest:
+    def decode(self, body: TEIRerankRequest, engine: Engine) -> RerankRequest:
         return RerankRequest(
             body.query,
             body.texts,
@@ -142,16 +345,17 @@ class Rerank(Translator[s.TEIRerankRequest, RerankRequest]):
             scale="probability",
         )
 
-    def encode(self, body: s.TEIRerankRequest, engine: Engine, result: Result) -> Any:
+    def encode(self, body: TEIRerankRequest, engine: Engine, result: Result) -> TEIRerankResponse:
         assert isinstance(result.output, Scores)
         scores = result.output.values
         ranked = []
         for i in result.output.best_first(body.top_n):
-            item: dict[str, Any] = {"index": int(i), "score": float(scores[i])}
             if body.return_text:
-                item["text"] = body.texts[i]
-            ranked.append(item)
-        return ranked
+                rank = of(TEIRank, index=int(i), score=float(scores[i]), text=body.texts[i])
+            else:
+                rank = of(TEIRank, index=int(i), score=float(scores[i]))
+            ranked.append(rank)
+        return of(TEIRerankResponse, root=ranked)
 
 
 class Predict(_Inputs):
@@ -159,13 +363,13 @@ class Predict(_Inputs):
 
     capability = "classify"
 
-    def decode(self, body: s.TEIPredictRequest, engine: Engine) -> ClassifyRequest:
+    def decode(self, body: TEIPredictRequest, engine: Engine) -> ClassifyRequest:
         return classify_request(as_list(body.inputs), body)
 
-    def encode(self, body: s.TEIPredictRequest, engine: Engine, result: Result) -> Any:
+    def encode(self, body: TEIPredictRequest, engine: Engine, result: Result) -> TEIPredictResponse:
         assert isinstance(result.output, Labels)
-        rows = result.output.rows
-        return rows[0] if isinstance(body.inputs, str) else rows
+        rows = label_rows(result.output.rows)
+        return of(TEIPredictResponse, root=rows[0] if isinstance(body.inputs, str) else rows)
 
 
 class InferenceClassify(Predict):
@@ -178,10 +382,13 @@ class InferenceClassify(Predict):
         applied = body.parameters.function_to_apply is not None  # raw, then applied here
         return classify_request(as_list(body.inputs), body, raw_scores=applied)
 
-    def encode(self, body: RootInputsRequest, engine: Engine, result: Result) -> Any:
+    def encode(  # type: ignore[override]  # the Inference API's nested rows, always
+        self, body: RootInputsRequest, engine: Engine, result: Result
+    ) -> InferenceClassifyResponse:
         assert isinstance(result.output, Labels) and body.parameters is not None
         parameters = body.parameters
-        return result.output.applied(parameters.function_to_apply, parameters.top_k).rows
+        applied = result.output.applied(parameters.function_to_apply, parameters.top_k)
+        return of(InferenceClassifyResponse, root=label_rows(applied.rows))
 
 
 class Similarity(Translator[SimilarityRequest, EmbedRequest]):
@@ -197,17 +404,175 @@ class Similarity(Translator[SimilarityRequest, EmbedRequest]):
         options = body.parameters or SimilarityParameters()
         return text_request(texts, options, DenseVectors, normalize=True)
 
-    def encode(self, body: SimilarityRequest, engine: Engine, result: Result) -> Any:
+    def encode(self, body: SimilarityRequest, engine: Engine, result: Result) -> SimilarityResponse:
         assert isinstance(result.output, DenseVectors)
         others = range(1, len(body.inputs.sentences) + 1)
         cosines = result.output.cosine([0] * len(others), others)
-        return [float(v) for v in cosines.values]
+        return of(SimilarityResponse, root=[float(v) for v in cosines.values])
 
 
 EMBED = Embed()
-EMBED_SPARSE = EmbedOutput(SparseVectors)
-EMBED_ALL = EmbedOutput(MultiVectors)
+EMBED_SPARSE = EmbedSparse()
+EMBED_ALL = EmbedAll()
 RERANK = Rerank()
 PREDICT = Predict()
 INFERENCE_CLASSIFY = InferenceClassify()
 SIMILARITY = Similarity()
+
+
+def _root_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        if "texts" in value:
+            return "rerank"
+        if isinstance(value.get("inputs"), dict):
+            return "similarity"
+    return "inputs"
+
+
+RootRequest = Annotated[
+    Annotated[RootInputsRequest, Tag("inputs")]
+    | Annotated[SimilarityRequest, Tag("similarity")]
+    | Annotated[TEIRerankRequest, Tag("rerank")],
+    Discriminator(_root_kind),
+]
+
+
+async def decode(engines: EngineArray, body: DecodeRequest, limit: int) -> Reply[DecodeResponse]:
+    """One text per id list (TEI answers a list even for one)."""
+    ids = body.ids if isinstance(body.ids[0], list) else [body.ids]
+    check_batch(len(ids), limit, "ids")
+    engine = engines.tokenizing(body.model)
+    processor = engine.processor
+    if processor is None:
+        raise NotReady(f"model {engine.name!r} is still loading")
+    texts = await asyncio.to_thread(
+        processor.decode,
+        ids,
+        skip_special_tokens=body.skip_special_tokens,
+    )
+    return Reply(of(DecodeResponse, root=texts), Timings())
+
+
+async def tokenize(
+    engines: EngineArray, body: TEITokenizeRequest, limit: int
+) -> Reply[TokenizeResponse]:
+    """/tokenize; with no ``model`` and several served, the first model that tokenises."""
+    texts = [body.inputs] if isinstance(body.inputs, str) else list(body.inputs)
+    check_batch(len(texts), limit, "inputs")
+    engine = engines.tokenizing(body.model)
+    if body.prompt_name and engine.text_inputs is not None:
+        texts = engine.text_inputs.with_prompt(texts, body.prompt_name)
+    rows = await engine.tokenize(texts, add_special_tokens=body.add_special_tokens)
+    tokens = [[of(Token, **token) for token in row] for row in rows]
+    return Reply(of(TokenizeResponse, root=tokens), Timings())
+
+
+def _root_engine(engines: EngineArray, body: RootInputsRequest) -> Engine:
+    if body.model or len(engines.engines) == 1:
+        engine = engines.get(body.model)
+    else:
+        embeds = any(e.model is not None and e.family.does("embed") for e in engines)
+        asked = "classify" if body.parameters is not None or not embeds else "embed"
+        engine = engines.for_task(None, asked)
+    if engine.model is None:
+        raise NotReady(f"model {engine.name!r} is still loading")
+    return engine
+
+
+async def root(engines: EngineArray, body: Any, limit: int) -> Reply[RootResponse]:
+    """``POST /``: the body says rerank or similarity; text ``inputs`` go by the model's
+    kind (predict for a classifier, else its embedding: dense, sparse or multi-vector)."""
+    if isinstance(body, TEIRerankRequest):
+        return await run(RERANK, engines, body, limit)
+    if isinstance(body, SimilarityRequest):
+        return await run(SIMILARITY, engines, body, limit)
+    engine = _root_engine(engines, body)
+    kind, name = engine.family, engine.name
+    named = body.model_copy(update={"model": name})
+    if kind.classifies:
+        if body.parameters is not None:
+            return await run(INFERENCE_CLASSIFY, engines, named, limit)
+        return await run(PREDICT, engines, named, limit)
+    embedding = output_type(kind.embedding) if kind.embedding is not None else None
+    if embedding is DenseVectors:
+        return await run(EMBED, engines, named, limit)
+    if embedding is SparseVectors or embedding is MultiVectors:
+        output = EMBED_SPARSE if embedding is SparseVectors else EMBED_ALL
+        return await run(output, engines, named, limit)
+    raise BadRequest(
+        f"model {name!r} ({kind.name}) does not embed or classify; it serves {kind.serves()}: "
+        'send {"query", "texts"} to rerank',
+        param="inputs",
+    )
+
+
+# GET /info
+
+
+class InfoResponse(BaseModel):
+    """TEI's /info for the first model (the model facts once it has loaded)."""
+
+    model_id: str
+    version: str
+    models: list[str]
+    max_client_batch_size: int
+    model_sha: str | None = None
+    model_dtype: str | None = None
+    model_type: dict[str, Any] | None = None
+    backend: str | None = None
+    device: str | None = None
+    backend_details: dict[str, Any] | None = Field(
+        None, description="As /v1/models says it: what `--backend auto` chose and why."
+    )
+    max_input_length: int | None = None
+    dimensions: int | None = Field(
+        None, description="Width of the first model's dense embedding, after its Dense layers."
+    )
+    max_batch_tokens: int | None = None
+    max_batch_requests: int | None = None
+    max_concurrent_requests: int | None = None
+
+
+def info(engines: EngineArray, version: str, max_client_batch_size: int) -> InfoResponse:
+    """TEI's /info for the first model the request's API key may use; ``models`` lists
+    every served one it may use. Forbidden for a key that may use none."""
+    visible = engines.visible()
+    if not visible:
+        raise Forbidden("this API key may use none of the served models", param="model")
+    first = visible[0]
+    facts: dict[str, Any] = {}
+    if first.model is not None and first.backend is not None and first.processor is not None:
+        m = first.model
+        facts = dict(
+            model_sha=None,
+            model_dtype=first.backend.info.dtype,
+            model_type=_model_type(first),
+            backend=first.backend.info.name,
+            backend_details=first.backend.info.details,  # /v1/models' too: what auto chose
+            device=first.backend.info.device,
+            max_input_length=first.processor.max_length,
+            dimensions=dense_dimensions(m),
+            max_batch_tokens=first.spec.max_batch_tokens,
+            max_batch_requests=first.spec.max_batch_size,
+            max_concurrent_requests=first.spec.max_queue_size,
+        )
+    return InfoResponse(
+        model_id=first.name,
+        version=version,
+        models=[engine.name for engine in visible],
+        max_client_batch_size=max_client_batch_size,
+        **facts,
+    )
+
+
+def _model_type(engine: Engine) -> dict[str, Any]:
+    """TEI's ``model_type``: the pooling of an embedding model, a reranker's or a
+    classifier's labels."""
+    m = engine.model
+    assert m is not None
+    if m.task == "embed":
+        pooling = "+".join(m.poolings) if is_dense(engine.family.embedding) else engine.family.name
+        return {"embedding": {"pooling": pooling}}
+    kind = "reranker" if m.task == "rerank" else "classifier"
+    labels = {str(k): v for k, v in m.id2label.items()}
+    return {kind: {"id2label": labels, "label2id": {v: int(k) for k, v in labels.items()}}}

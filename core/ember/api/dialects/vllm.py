@@ -16,13 +16,13 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, BaseModel, Field
 
 from ember.api import schemas as s
-from ember.api.dialects import Translator
+from ember.api.dialects import Translator, Usage, of, usage
 from ember.engine import Engine, Result, Timings
 from ember.engine.requests import EmbedRequest, RerankRequest
 from ember.errors import BadRequest
@@ -50,6 +50,21 @@ class ScoreRequest(s._Body):
     use_activation: s.StrictBool | None = Field(
         None, description="false: raw logits (Ember's raw_scores); default: sigmoid scores."
     )
+
+
+class ScoreItem(BaseModel):
+    index: int
+    object: Literal["score"]
+    score: float
+
+
+class ScoreResponse(BaseModel):
+    id: str
+    object: Literal["list"]
+    created: int
+    model: str
+    data: list[ScoreItem] = Field(description="One score per (text_1, text_2) pair, in order.")
+    usage: Usage
 
 
 def pair_up(text_1: str | list[str], text_2: str | list[str]) -> tuple[list[str], list[str]]:
@@ -133,21 +148,21 @@ class Score(Translator[ScoreRequest, PairScores]):
             scores[where] = result.outputs
         return _merged(results, Scores(scores))
 
-    def encode(self, body: ScoreRequest, engine: Engine, result: Result) -> Any:
+    def encode(self, body: ScoreRequest, engine: Engine, result: Result) -> ScoreResponse:
         assert isinstance(result.output, Scores)
         data = [
-            {"index": i, "object": "score", "score": float(v)}
+            of(ScoreItem, index=i, object="score", score=float(v))
             for i, v in enumerate(result.output.values)
         ]
-        tokens = result.prompt_tokens
-        return {
-            "id": f"score-{uuid.uuid4().hex}",
-            "object": "list",
-            "created": int(time.time()),
-            "model": engine.name,
-            "data": data,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
+        return of(
+            ScoreResponse,
+            id=f"score-{uuid.uuid4().hex}",
+            object="list",
+            created=int(time.time()),
+            model=engine.name,
+            data=data,
+            usage=usage(result.prompt_tokens),
+        )
 
 
 def _merged(results: list[Result], output: Scores) -> Result:
