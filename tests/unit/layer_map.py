@@ -67,7 +67,14 @@ BANDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "config",
         "settings: CLI flag = EMBER_* env = default, resolved once into model specs",
-        ("ember.config", "ember.config_values", "ember.config_limits", "ember.infinity_options"),
+        (
+            "ember.config",
+            "ember.config_values",
+            "ember.config_limits",
+            "ember.infinity_options",
+            "ember.tei_options",
+            "ember.env_check",
+        ),
     ),
     (
         "engine",

@@ -23,7 +23,8 @@ SHARED_WORDS = {"dense", "cross-encoder"}
 # Literals that equal a family's name but are another library's word, by module.
 OTHER_VOCABULARIES = {
     ("backends/onnx_media_export.py", "clip"): "ONNX Runtime's optimizer model_type",
-    ("api/operations.py", "classifier"): "TEI's /info model_type key",
+    ("api/dialects/tei.py", "classifier"): "TEI's /info model_type key",
+    ("tei_options.py", "splade"): "text-embeddings-router's --pooling value",
     ("api/docs.py", "static"): "fastapi-offline's asset folder",
 }
 
