@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.ray_cluster import Cluster, kill_pids
-from tests.support import REPO, child_env, free_port
+from tests.support import REPO, child_env
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
@@ -64,17 +64,9 @@ def _wait_gone(before: set[int], seconds: float = 60) -> set[int]:
 @pytest.fixture(scope="module")
 def moto_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """moto's S3 server on 127.0.0.1, with a bucket for the module."""
-    from tests.platforms._helpers_runpod_sagemaker import running
+    from tests.platforms._helpers_runpod_sagemaker import moto_server
 
-    port = free_port()
-    with running(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        port=port,
-        log_path=tmp_path_factory.mktemp("moto") / "moto.log",
-        env=child_env(),
-        ready_path="/moto-api/data.json",
-        timeout=60,
-    ) as server:
+    with moto_server(tmp_path_factory.mktemp("moto")) as server:
         import boto3
 
         boto3.client("s3", **_boto_kwargs(server.url)).create_bucket(Bucket=BUCKET)

@@ -69,6 +69,21 @@ def running(
         stop_process(process)
 
 
+@contextmanager
+def moto_server(log_dir: Path) -> Iterator[Running]:
+    """moto's server (S3, SageMaker, SageMaker Runtime) on a free 127.0.0.1 port."""
+    port = free_port()
+    with running(
+        [PYTHON, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        port=port,
+        log_path=log_dir / "moto.log",
+        env=child_env(),
+        ready_path="/moto-api/data.json",
+        timeout=60,
+    ) as server:
+        yield server
+
+
 def load_module(path: Path, name: str) -> ModuleType:
     """Import a platform script by path: platforms/ holds deployable files, not a package."""
     spec = importlib.util.spec_from_file_location(name, path)

@@ -40,6 +40,7 @@ from tests.platforms._helpers_runpod_sagemaker import (
     free_port,
     load_module,
     max_abs_diff,
+    moto_server,
     running,
 )
 
@@ -348,15 +349,7 @@ CANNED_EMBEDDING = {
 
 @pytest.fixture(scope="module")
 def moto_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    with running(
-        [PYTHON, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        port=port,
-        log_path=tmp_path_factory.mktemp("moto") / "moto.log",
-        env=child_env(),
-        ready_path="/moto-api/data.json",
-        timeout=60,
-    ) as server:
+    with moto_server(tmp_path_factory.mktemp("moto")) as server:
         yield server.url
 
 

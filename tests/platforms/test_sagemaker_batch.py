@@ -20,6 +20,7 @@ from tests.platforms._helpers_runpod_sagemaker import (
     child_env,
     free_port,
     load_module,
+    moto_server,
     running,
 )
 
@@ -159,15 +160,7 @@ ARN = "arn:aws:sagemaker:us-east-1:123456789012:"
 
 @pytest.fixture(scope="module")
 def moto_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    with running(
-        [PYTHON, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        port=port,
-        log_path=tmp_path_factory.mktemp("moto") / "moto.log",
-        env=child_env(),
-        ready_path="/moto-api/data.json",
-        timeout=60,
-    ) as server:
+    with moto_server(tmp_path_factory.mktemp("moto")) as server:
         yield server.url
 
 

@@ -24,12 +24,9 @@ from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
 from tests.platforms._helpers_runpod_sagemaker import (
-    PYTHON,
     REPO,
-    child_env,
-    free_port,
     load_module,
-    running,
+    moto_server,
 )
 
 deploy = load_module(REPO / "platforms" / "sagemaker" / "deploy.py", "ember_sagemaker_deploy")
@@ -178,15 +175,7 @@ def test_volume_size_on_an_nvme_instance_is_refused_locally(
 # --------------------------------------------------------------------------------- moto
 @pytest.fixture(scope="module")
 def moto_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    with running(
-        [PYTHON, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        port=port,
-        log_path=tmp_path_factory.mktemp("moto") / "moto.log",
-        env=child_env(),
-        ready_path="/moto-api/data.json",
-        timeout=60,
-    ) as server:
+    with moto_server(tmp_path_factory.mktemp("moto")) as server:
         yield server.url
 
 
