@@ -92,7 +92,9 @@ def add_settings_arguments(
     for name in names or ServerSettings.model_fields:
         field = ServerSettings.model_fields[name]
         description = (help_overrides or {}).get(name, field.description)
-        help_text = f"{description} [env {env_var(name)}]".replace("%", "%%")  # argparse
+        default = _default_text(name)
+        where = f"default {default}; env {env_var(name)}" if default else f"env {env_var(name)}"
+        help_text = f"{description} [{where}]".replace("%", "%%")  # argparse
         kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
         if name in PER_MODEL_FIELDS:
             kwargs.update(action="append", metavar=unit_of(name, "VALUE"))
@@ -104,9 +106,6 @@ def add_settings_arguments(
             kwargs.update(type=float, metavar=unit_of(name, "SECONDS"))
         else:
             kwargs.update(metavar=unit_of(name, "VALUE"))
-        if default := _default_text(name):
-            kwargs["help"] = f"{description} [default {default}; env {env_var(name)}]"
-            kwargs["help"] = kwargs["help"].replace("%", "%%")
         flags = [flag(name), *(aliases or {}).get(name, ())]
         parser.add_argument(*flags, **kwargs)
 

@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Iterable, Mapping
 
 from ember.config_values import env_var
-from ember.tei_options import TEI_OPTIONS
+from ember.tei_options import TEI_BY_ENV
 
 # EMBER_* names read outside the settings: each platform adapter's own knobs
 # (ember.config.ember_env(platform=...)), and the test suite's, examples' and benchmarks'.
@@ -47,7 +47,7 @@ def environment_notes(
             hint = f"did you mean {near[0]}?" if near else "`ember serve --help` lists them"
             notes.append(f"{key} is not a setting Ember reads ({hint}); it sets nothing")
         elif command != "tei" and name not in TEI_SHARED and environ[key].strip():
-            option = next((o for o in TEI_OPTIONS if o.env == name), None)
+            option = TEI_BY_ENV.get(name)
             if option is None:
                 continue
             ours = f"it reads {env_var(option.setting)}" if option.setting else "no such setting"

@@ -197,7 +197,7 @@ TEI_OPTIONS: tuple[TeiOption, ...] = (
     ),
 )
 
-TEI_BY_NAME = {option.name: option for option in TEI_OPTIONS}
+TEI_BY_ENV = {option.env: option for option in TEI_OPTIONS}
 TEI_DEFAULT_PORT = 3000  # the router's; TEI's images set PORT=80, as Ember's tei stage does
 
 

@@ -103,9 +103,9 @@ def no_gpu_visible_note(
     mistake on a GPU node whose container was not given the GPU. None when a GPU is
     visible, when every model asks for ``--device cpu``, or when nothing is built for CUDA."""
     asked = {d.strip() for d in (devices or "auto").split(",") if d.strip()} or {"auto"}
-    hidden = env.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1")
-    if asked == {"cpu"} or (not hidden and any(dev.glob("nvidia[0-9]*"))):
+    if asked == {"cpu"} or visible_nvidia_nodes(dev, env):
         return None
+    hidden = env.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1")
     builds = cuda_builds_installed() if builds is None else builds
     if not builds:
         return None
