@@ -64,6 +64,9 @@ class TokenBatch:
     # pooled, as [rows, 1, hidden] with an ATTENTION of ones [rows, 1], which the head pools
     # into itself (a GPU sends back one vector per row instead of every token's).
     reduce: str | None = None
+    # Late chunking: per row, the position spans whose states its head pools apart
+    # (``Tokens.spans``); None: no row has any.
+    spans: tuple[tuple[tuple[int, int], ...] | None, ...] | None = None
 
     def row_lengths(self) -> np.ndarray:
         if self.lengths is not None:
@@ -117,6 +120,9 @@ class Tokens:
     pool_from: int = 0
     part: str | None = None
     adapter: int | None = None  # a LoRA task adapter's id (jina-embeddings-v3's tasks)
+    # Late chunking: position spans [a, b) whose states a dense head pools apart, one
+    # partial pool each, instead of pooling the whole input.
+    spans: tuple[tuple[int, int], ...] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -53,6 +53,12 @@ class Metrics:
         self.failed_batches = Counter(
             "ember_failed_batches", "Forward passes that raised", ["model"], registry=r
         )
+        self.truncated_inputs = Counter(
+            "ember_truncated_inputs",
+            "Inputs cut to the model's maximum length (truncate or overflow 'truncate')",
+            ["model"],
+            registry=r,
+        )
         self.rejected = Counter(
             "ember_rejected",
             "Requests refused at arrival: queue full, too large, or past their deadline",

@@ -8,7 +8,8 @@ type (``embeds``, ``sized``, ``base64``) or dispatches on it. The values keep nu
 inside (one [n, d] array for dense vectors), so no per-vector objects are made on the
 hot path.
 
-The ground floor: imports numpy and Ember's vocabulary and errors only.
+The ground floor: imports numpy and Ember's vocabulary (chunk spans included) and errors
+only.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, ClassVar, Literal, TypeAlias
 import numpy as np
 
 from ember.capabilities import Capability, Output
+from ember.chunking import Span
 from ember.errors import BadRequest
 
 # What turns a classifier's logits into label scores (transformers' text-classification
@@ -326,6 +328,26 @@ class Labels(OutputValue):
                 row = [{**item, "score": float(p)} for item, p in zip(row, scores, strict=True)]
             out.append(row[:top_k])
         return Labels(out)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkedVectors(OutputValue):
+    """Long documents (``ember.chunking``): per input, its chunks' vectors [k_i, d] with
+    where each lies (``spans``, and ``texts`` when asked), and the document's vector
+    (``documents`` [n, d]: the chunks' aggregate; None when none was asked). Finished as
+    they are made: each chunk as the model finishes a vector, the aggregate again."""
+
+    documents: np.ndarray | None
+    chunks: list[np.ndarray]
+    spans: list[list[Span]]
+    texts: list[list[str]] | None = None
+    kind: ClassVar[Output] = "dense"
+    sized: ClassVar[bool] = True
+    words: ClassVar[str] = "dense embeddings"
+
+    @property
+    def payload(self) -> np.ndarray | list[np.ndarray]:
+        return self.documents if self.documents is not None else self.chunks
 
 
 # What each output kind a head declares is collected into.

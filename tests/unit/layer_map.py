@@ -44,6 +44,7 @@ BANDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "ember.backend_table",
             "ember.backend_settings",
             "ember.outputs",
+            "ember.chunking",
         ),
     ),
     ("media", "fetching and decoding images and audio, and their limits", ("ember.media",)),

@@ -63,6 +63,11 @@ TIMING_HEADERS: dict[str, Any] = {
         "x-total-time",
     )
 }
+TIMING_HEADERS["x-ember-truncated"] = {
+    "schema": {"type": "string"},
+    "description": "Inputs cut to the model's maximum length (0: none): nothing is truncated "
+    "without this trace.",
+}
 
 
 class HealthResponse(BaseModel):
@@ -158,6 +163,7 @@ async def run_operation(
         "x-inference-time": _ms(t.forward),
         "x-serialization-time": _ms(serialize),
         "x-total-time": _ms(time.perf_counter() - started),
+        "x-ember-truncated": str(t.truncated),
     }
     return Response(content, media_type="application/json", headers=headers)
 
@@ -439,7 +445,13 @@ def create_app(
             allow_origins=origins,
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type", "X-Request-Id"],
-            expose_headers=["x-total-time", "x-inference-time", "x-queue-time", "x-request-id"],
+            expose_headers=[
+                "x-total-time",
+                "x-inference-time",
+                "x-queue-time",
+                "x-request-id",
+                "x-ember-truncated",
+            ],
         )
     app.entry = RequestIds(traced_requests(app.entry))  # outermost: every answer has the id
     return app

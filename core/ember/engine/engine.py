@@ -25,12 +25,13 @@ from ember.engine.admission import TextCost
 from ember.engine.batcher import Batcher, padding_budget_for, representative_tokens_for
 from ember.engine.cache import EmbeddingCache, embed_through, model_identity
 from ember.engine.forward import Piece, load_at_priority, run_batch
+from ember.engine.long_inputs import LongInputs
 from ember.engine.prepare import Prepare, Preparer
 from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest
 from ember.engine.result import Result, Timings
 from ember.engine.start_failure import start_failure
 from ember.engine.text_inputs import TextInputs
-from ember.errors import ConfigError, EmberError, NotReady, RequestTimeout
+from ember.errors import BadRequest, ConfigError, EmberError, NotReady, RequestTimeout
 from ember.families.base import Family
 from ember.families.resolve import resolve_model
 from ember.heads.base import Head
@@ -95,6 +96,7 @@ class Engine:
         self.batcher: Batcher | None = None
         self._prepare = Preparer(media_budget)
         self.text_inputs: TextInputs | None = None  # set at start
+        self.long_inputs: LongInputs | None = None  # set at start
         self.text_cost = TextCost()  # characters per token, for admission by cost
         self.ready = False
         self.load_seconds = 0.0
@@ -162,6 +164,9 @@ class Engine:
             ),
         )
         self.batcher.start()
+        self.long_inputs = LongInputs(
+            model, self.processor, self.text_inputs, self.heads, self._prepare, self._run
+        )
         self.load_seconds = time.perf_counter() - started
         await self._warm_up()
         self.ready = True
@@ -251,8 +256,19 @@ class Engine:
         """The embeddings ``request`` asks for, validated once against the model; with the
         embedding cache on, inputs embedded before with the same options come from it and
         skip the batcher."""
-        request = request.validated(self._loaded(), self.name)
+        model = self._loaded()
+        request = request.validated(model, self.name)
         inputs = request.inputs
+        if request.chunking is not None:  # long documents: chunks are never cached
+            assert self.long_inputs is not None
+            if self.spec.embedding_dtype != "float32":
+                raise BadRequest(
+                    f"chunked answers are float32; model {self.name!r} answers "
+                    f"{self.spec.embedding_dtype} vectors (--embedding-dtype)",
+                    param="chunking",
+                )
+            normalize = model.normalize if request.normalize is None else request.normalize
+            return _served(len(inputs), await self.long_inputs.embed(request, normalize))
         if self.cache is None or self._identity is None:
             return _served(len(inputs), await self._embed(request))
         result = await embed_through(
@@ -439,6 +455,9 @@ class Engine:
                 ) from None
             raise
         counts = [len(t) for t in tokens]
+        timings.truncated = sum(1 for t in tokens if getattr(t, "truncated_from", None))
+        if timings.truncated:
+            self.metrics.truncated_inputs.labels(self.model.served_name).inc(timings.truncated)
         if sizes is not None and not ids and self.processor is not None:
             self.text_cost.observe(sizes, counts, self.processor.max_length)
         timings.queue = max(r.queue_s for r in rows)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ember.capabilities import Modality, Output
+from ember.chunking import Chunking
 from ember.errors import BadRequest
 from ember.models.score_activation import RerankScale
 from ember.outputs import embeds, output_type
@@ -31,7 +32,8 @@ class EmbedRequest:
     ``truncate_prompt_tokens``, -1: the model's max) cuts each input to that many tokens
     from ``truncation_direction``, special tokens included. ``dimensions`` 0 means the full
     size (as Infinity means it), like None; ``dimensions_param`` is the caller's name for
-    it (Cohere's ``output_dimension``), for the one range check's error."""
+    it (Cohere's ``output_dimension``), for the one range check's error. ``chunking``: each
+    input cut into chunks, embedded and aggregated (``ember.chunking``); None: whole."""
 
     inputs: Sequence[Any]
     output: Output | None = None
@@ -44,6 +46,7 @@ class EmbedRequest:
     modality: Modality = "text"
     max_tokens: int | None = None
     dimensions_param: str = "dimensions"
+    chunking: Chunking | None = None
 
     def __post_init__(self) -> None:
         if self.dimensions == 0:
@@ -62,6 +65,7 @@ class EmbedRequest:
             "modality": self.modality,
             "max_tokens": self.max_tokens,
             "dimensions_param": self.dimensions_param,  # changes only an error's words
+            "chunking": self.chunking,
         }
 
     def validated(self, model: ResolvedModel, name: str) -> EmbedRequest:

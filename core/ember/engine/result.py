@@ -23,6 +23,7 @@ class Timings:
     tokens: int = 0  # the request's own tokens
     batch_size: int = 0  # inputs in the largest batch its inputs ran in
     batch_tokens: int = 0  # that batch's padded cost (count x longest)
+    truncated: int = 0  # inputs cut to the model's length (the x-ember-truncated header)
 
 
 @dataclass

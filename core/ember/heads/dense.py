@@ -11,7 +11,7 @@ import numpy as np
 
 from ember.batch import EMBEDDINGS, LOGITS, TOKEN_STATES, TokenBatch
 from ember.heads.base import attention, select
-from ember.heads.pooling import pool_modes
+from ember.heads.pooling import pool_modes, pooled_spans, span_pools
 from ember.models.spec import Pooling
 
 # Poolings a backend may apply before the head (``TokenBatch.reduce``): each gives one
@@ -63,11 +63,48 @@ class DenseHead:
         which a backend may apply itself (``TokenBatch.reduce``); None: it needs them all."""
         if not isinstance(self.pooling, str) or self.pooling not in DEVICE_POOLINGS:
             return None
+        if batch.spans is not None:  # late chunking pools each row's spans itself
+            return None
         if not self.include_prompt and batch.pool_from is not None:
             return None
         return self.pooling
 
     def split(
+        self, outputs: dict[str, np.ndarray], batch: TokenBatch, rows: Sequence[int]
+    ) -> list[np.ndarray]:
+        """One vector per row; a row with spans (late chunking) gets its spans' partial
+        pools instead, [spans, H] before the Dense layers (``span_pools``)."""
+        spans = batch.spans
+        if spans is not None and any(spans[r] is not None for r in rows):
+            plain = [r for r in rows if spans[r] is None]
+            pooled = iter(self._pooled(outputs, batch, plain) if plain else ())
+            states = outputs[TOKEN_STATES]
+            mode = self.mode
+            assert mode is not None  # late chunking takes one pooling (ember.chunking)
+            return [
+                next(pooled) if spans[r] is None else span_pools(states[r], spans[r], mode)
+                for r in rows
+            ]
+        return self._pooled(outputs, batch, rows)
+
+    @property
+    def mode(self) -> Pooling | None:
+        """The one pooling this head applies (None: several, concatenated)."""
+        if isinstance(self.pooling, str):
+            return self.pooling
+        return self.pooling[0] if len(self.pooling) == 1 else None
+
+    def chunk_vectors(self, parts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Late chunking: chunks' combined partial pools -> their vectors, through the
+        model's Dense layers."""
+        mode = self.mode
+        assert mode is not None
+        pooled = pooled_spans(parts, counts, mode)
+        for project in self.projections:
+            pooled = project(pooled)
+        return pooled
+
+    def _pooled(
         self, outputs: dict[str, np.ndarray], batch: TokenBatch, rows: Sequence[int]
     ) -> list[np.ndarray]:
         states = select(outputs[TOKEN_STATES], rows)

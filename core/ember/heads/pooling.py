@@ -52,3 +52,24 @@ def pool_modes(
     if len(modes) == 1:
         return pool_numpy(hidden, mask, modes[0])
     return np.concatenate([pool_numpy(hidden, mask, mode) for mode in modes], axis=1)
+
+
+def span_pools(hidden: np.ndarray, spans: Sequence[tuple[int, int]], mode: Pooling) -> np.ndarray:
+    """Late chunking's partial pools of one row's states ``hidden`` [T, H]: per span
+    ``[a, b)`` of positions, the sum of its states (``mean``, ``mean_sqrt_len``) or their
+    maximum (``max``) -> [spans, H] float32. Partial pools of one chunk from several windows
+    combine exactly (``pooled_spans``)."""
+    out = np.empty((len(spans), hidden.shape[-1]), dtype=np.float32)
+    for k, (a, b) in enumerate(spans):
+        part = hidden[a:b].astype(np.float32, copy=False)
+        out[k] = part.max(axis=0) if mode == "max" else part.sum(axis=0, dtype=np.float64)
+    return out
+
+
+def pooled_spans(parts: np.ndarray, counts: np.ndarray, mode: Pooling) -> np.ndarray:
+    """Each chunk's pool from its combined partial pools ``parts`` [chunks, H] (sums or
+    maxima, as ``span_pools`` gave them) over ``counts`` [chunks] tokens."""
+    if mode == "max":
+        return parts.astype(np.float32, copy=False)
+    n = np.clip(counts.astype(np.float32), 1, None)[:, None]
+    return (parts / (np.sqrt(n) if mode == "mean_sqrt_len" else n)).astype(np.float32)

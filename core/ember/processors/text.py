@@ -20,6 +20,7 @@ from tokenizers import Encoding, Tokenizer
 from ember.batch import TokenBatch, Tokens
 from ember.errors import BadRequest, ConfigError
 from ember.models.spec import ResolvedModel
+from ember.processors.chunks import Tokenised
 from ember.processors.cut import TextCut, encoded_length, longest_token_chars
 
 Direction = Literal["right", "left"]
@@ -53,6 +54,7 @@ def collate(tokens: Sequence[Tokens], pad_id: int) -> TokenBatch:
             mask[row, :n] = tok.attention
             custom_mask = True
     pool_from = np.array([t.pool_from for t in tokens], dtype=np.int64)
+    spans = tuple(t.spans for t in tokens)
     return TokenBatch(
         ids,
         mask,
@@ -61,6 +63,7 @@ def collate(tokens: Sequence[Tokens], pad_id: int) -> TokenBatch:
         keep if any(k is not None for k in keep) else None,
         pool_from if pool_from.any() else None,
         adapter=tokens[0].adapter,  # one per batch: Tokens.key keeps adapters apart
+        spans=spans if any(s is not None for s in spans) else None,
     )
 
 
@@ -236,6 +239,26 @@ class TextTokenizer:
             full = len(seq) + len(self._prefix) + len(self._suffix)
             out.append(Tokens(ids, [0] * len(ids), full if len(seq) > room else None))
         return out
+
+    # ---- long documents (``ember.processors.chunks``) ------------------------------------
+    @property
+    def specials(self) -> int:
+        """The special tokens the model puts around one text."""
+        return len(self._prefix) + len(self._suffix)
+
+    def tokenised(self, texts: list[str]) -> list[Tokenised]:
+        """Each text's own tokens whole (no special tokens, no truncation), with their
+        character offsets and words: what chunks are planned on and late chunking reads."""
+        encodings = self._exact.encode_batch(texts, add_special_tokens=False)
+        return [
+            Tokenised(text, enc.ids, enc.offsets, enc.word_ids)
+            for text, enc in zip(texts, encodings, strict=True)
+        ]
+
+    def wrapped(self, ids: Sequence[int]) -> Tokens:
+        """``ids`` with the model's special tokens around them, as one input."""
+        full = self._prefix + list(ids) + self._suffix
+        return Tokens(full, [0] * len(full))
 
     def _check_vocabulary(self, ids: Sequence[int], param: str) -> None:
         bad = [t for t in ids if not 0 <= t < self.vocab_size]

@@ -11,6 +11,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from ember.api.dialects import Translator, Usage, of, usage
+from ember.api.dialects.long_documents import (
+    ChunkItem,
+    LongDocumentFields,
+    chunk_items,
+    document_vectors,
+    long_document_options,
+)
 from ember.api.schemas import (
     InputType,
     Modality,
@@ -18,7 +25,6 @@ from ember.api.schemas import (
     StrictBool,
     StrictInt,
     TokenIds,
-    _Body,
 )
 from ember.capabilities import Capability
 from ember.engine import Engine, EngineArray, Result
@@ -26,12 +32,19 @@ from ember.engine.requests import EmbedRequest
 from ember.errors import BadRequest
 from ember.heads.quantize import encode_embeddings
 from ember.models.spec import ResolvedModel
-from ember.outputs import DenseVectors, MultiVectors, SparseVectors, is_dense, output_type
+from ember.outputs import (
+    ChunkedVectors,
+    DenseVectors,
+    MultiVectors,
+    SparseVectors,
+    is_dense,
+    output_type,
+)
 from ember.prompts import prompt_for
 
 
-class EmbeddingsRequest(_Body):
-    """OpenAI ``POST /v1/embeddings``."""
+class EmbeddingsRequest(LongDocumentFields):
+    """OpenAI ``POST /v1/embeddings`` (Ember's long-document fields: ``extra_body``)."""
 
     input: (
         NonEmptyText
@@ -81,11 +94,15 @@ class SparseEmbedding(BaseModel):
 
 class EmbeddingItem(BaseModel):
     object: Literal["embedding"]
-    embedding: list[float] | list[list[float]] | SparseEmbedding | str = Field(
+    embedding: list[float] | list[list[float]] | SparseEmbedding | str | None = Field(
         description="Dense: [float]; ColBERT: one vector per kept token; SPLADE: indices "
-        "and values; base64: little-endian float32 bytes."
+        "and values; base64: little-endian float32 bytes. Chunked: the chunks' aggregate "
+        "(null with aggregate none)."
     )
     index: int
+    chunks: list[ChunkItem] | None = Field(
+        None, description="With chunking or overflow chunk: each chunk, where it lies."
+    )
 
 
 class EmbeddingsResponse(BaseModel):
@@ -134,6 +151,25 @@ def embeddings_body(engine: Engine, result: Result, base64: bool) -> EmbeddingsR
     dtype = engine.spec.embedding_dtype
     output = result.output
     vectors: list
+    if isinstance(output, ChunkedVectors):
+        return of(
+            EmbeddingsResponse,
+            object="list",
+            data=[
+                of(
+                    EmbeddingItem,
+                    object="embedding",
+                    embedding=vector,
+                    index=i,
+                    chunks=chunk_items(output, i, base64),
+                )
+                for i, vector in enumerate(document_vectors(output, base64))
+            ],
+            model=engine.name,
+            usage=usage(result.prompt_tokens),
+            id=str(uuid.uuid4()),
+            created=int(time.time()),
+        )
     if isinstance(output, SparseVectors):
         vectors = [of(SparseEmbedding, **v.as_dict()) for v in output.vectors]
     elif base64 and isinstance(output, DenseVectors | MultiVectors):  # multi: [k, d] flattened
@@ -200,12 +236,12 @@ class Embeddings(Translator[EmbeddingsRequest, EmbedRequest]):
         return EmbedRequest(
             inputs,
             dimensions=body.dimensions,
-            truncate=body.truncate,
             modality=body.modality,
             # vLLM's meaning: the last k tokens are kept
             truncation_direction="left" if body.truncate_prompt_tokens is not None else "right",
             max_tokens=body.truncate_prompt_tokens,
             **input_type_options(engine, body.input_type),
+            **long_document_options(body, body.truncate),
         )
 
     def encode(self, body: EmbeddingsRequest, engine: Engine, result: Result) -> EmbeddingsResponse:
