@@ -28,6 +28,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ember.api.dialects import Translator, Usage, of, usage
+from ember.api.dialects.long_documents import LongDocumentFields, long_document_options
 from ember.api.schemas import INSTRUCTION, NonEmptyText, PositiveInt, StrictBool, _Body
 from ember.capabilities import Capability, Modality
 from ember.engine import Engine, Result
@@ -35,7 +36,7 @@ from ember.engine.requests import EmbedRequest
 from ember.engine.requests import RerankRequest as RerankCall
 from ember.errors import BadRequest
 from ember.heads.quantize import EmbeddingType, encode_embeddings, to_float
-from ember.outputs import DenseVectors, Scores
+from ember.outputs import ChunkedVectors, DenseVectors, Scores
 from ember.prompts import prompt_for
 
 InputType = Literal["search_document", "search_query", "classification", "clustering", "image"]
@@ -61,7 +62,7 @@ def _one_of(*fields: str) -> dict[str, Any]:
     }
 
 
-class CohereEmbedRequest(_Body):
+class CohereEmbedRequest(LongDocumentFields):
     """Cohere ``POST /v1/embed``: answers ``embeddings_floats`` unless ``embedding_types``."""
 
     model_config = ConfigDict(**_Body.model_config, json_schema_extra=_one_of("texts", "images"))
@@ -141,6 +142,16 @@ Floats = list[list[float]]
 Ints = list[list[int]]
 
 
+# One vector in each asked type (a chunk's), keyed as ``EmbeddingsByType``.
+class EmbeddingVector(BaseModel):
+    float: list[float] | None = None
+    int8: list[int] | None = None
+    uint8: list[int] | None = None
+    binary: list[int] | None = None
+    ubinary: list[int] | None = None
+    base64: str | None = None
+
+
 # Each field is named as its JSON key (``float`` too): answers are written as built.
 class EmbeddingsByType(BaseModel):
     float: Floats | None = None
@@ -151,15 +162,32 @@ class EmbeddingsByType(BaseModel):
     base64: list[str] | None = None
 
 
+class CohereChunk(BaseModel):
+    """One chunk of a text (Ember's long-document fields), where it lies in the text."""
+
+    index: int
+    embedding: list[float] | EmbeddingVector = Field(
+        description="v1 without embedding_types: floats; else keyed by the asked types."
+    )
+    char_start: int = Field(description="Unicode code points of the text as sent.")
+    char_end: int
+    token_start: int = Field(description="The text's own tokens (no special tokens, no prompt).")
+    token_end: int
+    text: str | None = None
+
+
 class CohereEmbedResponse(BaseModel):
     id: str
     response_type: Literal["embeddings_floats", "embeddings_by_type"]
     embeddings: Floats | EmbeddingsByType = Field(
         description="embeddings_floats: a list of float lists; embeddings_by_type: an "
-        "object keyed by the asked `embedding_types`."
+        "object keyed by the asked `embedding_types`. Chunked: each text's aggregate."
     )
     texts: list[str]
     meta: EmbedMeta
+    chunks: list[list[CohereChunk]] | None = Field(
+        None, description="With chunking or overflow chunk: per text, its chunks."
+    )
 
 
 def embed_response(
@@ -169,8 +197,10 @@ def embed_response(
     *,
     embedding_types: list[str] | None,
     api_version: str,
+    chunks: list[list[CohereChunk]] | None = None,
 ) -> CohereEmbedResponse:
-    """Cohere's answer. ``embedding_types=None`` gives v1's ``embeddings_floats`` shape."""
+    """Cohere's answer. ``embedding_types=None`` gives v1's ``embeddings_floats`` shape;
+    ``chunks``, each text's, when it was chunked."""
     embeddings: list | EmbeddingsByType
     if embedding_types is None:
         response_type, embeddings = "embeddings_floats", list(to_float(vectors))
@@ -182,6 +212,7 @@ def embed_response(
         api_version=of(ApiVersion, version=api_version),
         billed_units=of(BilledUnits, input_tokens=input_tokens),
     )
+    extra = {} if chunks is None else {"chunks": chunks}
     return of(
         CohereEmbedResponse,
         id=str(uuid.uuid4()),
@@ -189,6 +220,7 @@ def embed_response(
         embeddings=embeddings,
         texts=texts,
         meta=meta,
+        **extra,
     )
 
 
@@ -247,11 +279,19 @@ class Embed(Translator[CohereEmbedRequest, EmbedRequest]):
             return EmbedRequest(items, **common)
         truncate, direction = TRUNCATION[body.truncate or "END"]
         prompts = model.prompts if model is not None else {}
+        options = long_document_options(body, truncate)
+        chunking = options["chunking"]
+        if chunking is not None and chunking.aggregate == "none" and not chunking.given:
+            raise BadRequest(
+                "Cohere's answer holds one embedding per text: aggregate 'none' is for "
+                "/v1/embeddings (its `embedding` may be null)",
+                param="aggregate",
+            )
         return EmbedRequest(
             items,
-            truncate=truncate,
             truncation_direction=direction,
             prompt_name=prompt_for(body.input_type, prompts),
+            **options,
             **common,
         )
 
@@ -260,13 +300,45 @@ class Embed(Translator[CohereEmbedRequest, EmbedRequest]):
     ) -> CohereEmbedResponse:
         v2 = isinstance(body, CohereEmbedV2Request)
         texts = body.texts if body.texts and not body.images else []
+        types = body.embedding_types or (["float"] if v2 else None)
+        chunked = result.output if isinstance(result.output, ChunkedVectors) else None
         return embed_response(
             result.outputs,
             texts,
             result.prompt_tokens,
-            embedding_types=body.embedding_types or (["float"] if v2 else None),
+            embedding_types=types,
             api_version="2" if v2 else "1",
+            chunks=cohere_chunks(chunked, types) if chunked is not None else None,
         )
+
+
+def cohere_chunks(output: ChunkedVectors, types: list[str] | None) -> list[list[CohereChunk]]:
+    """Each text's chunks, their vectors as the body's ``embedding_types`` ask."""
+    out = []
+    for i, spans in enumerate(output.spans):
+        vectors = output.chunks[i]
+        by_type = encode_embeddings(vectors, types) if types is not None else None
+        texts = output.texts[i] if output.texts is not None else None
+        items = []
+        for k, span in enumerate(spans):
+            embedding: Any = (
+                to_float(vectors[k : k + 1])[0]
+                if by_type is None
+                else of(EmbeddingVector, **{t: rows[k] for t, rows in by_type.items()})
+            )
+            fields: dict[str, Any] = dict(
+                index=k,
+                embedding=embedding,
+                char_start=span.char_start,
+                char_end=span.char_end,
+                token_start=span.token_start,
+                token_end=span.token_end,
+            )
+            if texts is not None:
+                fields["text"] = texts[k]
+            items.append(of(CohereChunk, **fields))
+        out.append(items)
+    return out
 
 
 class RerankDocument(_Body):

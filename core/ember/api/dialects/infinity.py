@@ -18,6 +18,7 @@ from ember.api.dialects import (
     label_rows,
     of,
 )
+from ember.api.dialects.long_documents import LongDocumentFields, long_document_options
 from ember.api.dialects.openai import (
     MODALITY_CAPABILITY,
     EmbeddingsResponse,
@@ -32,8 +33,9 @@ from ember.engine.requests import EmbedRequest
 from ember.outputs import Labels
 
 
-class MediaEmbeddingsRequest(_Body):
-    """Infinity's legacy ``POST /embeddings_image`` and ``/embeddings_audio``."""
+class MediaEmbeddingsRequest(LongDocumentFields):
+    """Infinity's legacy ``POST /embeddings_image`` and ``/embeddings_audio`` (the
+    long-document fields refused: media has no chunks)."""
 
     input: MediaItem | Annotated[list[MediaItem], Field(min_length=1)] = Field(
         description="An http(s) URL or a data: URI with base64 content, or a list of them."
@@ -88,7 +90,12 @@ class MediaEmbeddings(Translator[MediaEmbeddingsRequest, EmbedRequest]):
 
     def decode(self, body: MediaEmbeddingsRequest, engine: Engine) -> EmbedRequest:
         check_base64_dtype(engine, body.encoding_format == "base64")
-        return EmbedRequest(as_list(body.input), dimensions=body.dimensions, modality=self.modality)
+        return EmbedRequest(
+            as_list(body.input),
+            dimensions=body.dimensions,
+            modality=self.modality,
+            chunking=long_document_options(body, True)["chunking"],
+        )
 
     def encode(
         self, body: MediaEmbeddingsRequest, engine: Engine, result: Result

@@ -37,6 +37,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Discriminator, Field, RootModel, Tag
 
 from ember.api.dialects import LabelScore, Translator, as_list, classify_request, label_rows, of
+from ember.api.dialects.long_documents import (
+    ChunkItem,
+    LongDocumentFields,
+    chunk_items,
+    document_vectors,
+    long_document_options,
+)
 from ember.api.dialects.openai import dense_dimensions
 from ember.api.operations import Reply, check_batch, run
 from ember.api.schemas import (
@@ -53,6 +60,7 @@ from ember.engine import Engine, EngineArray, Result, Timings
 from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest
 from ember.errors import BadRequest, Forbidden, NotReady
 from ember.outputs import (
+    ChunkedVectors,
     DenseVectors,
     Labels,
     MultiVectors,
@@ -66,8 +74,8 @@ from ember.outputs import (
 Direction = Literal["right", "left", "Right", "Left"]
 
 
-class TEIEmbedRequest(_Body):
-    """TEI ``POST /embed``."""
+class TEIEmbedRequest(LongDocumentFields):
+    """TEI ``POST /embed`` (and Ember's long-document fields)."""
 
     inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
     normalize: StrictBool = True
@@ -78,8 +86,8 @@ class TEIEmbedRequest(_Body):
     model: str | None = None
 
 
-class TEIEmbedOutputRequest(_Body):
-    """TEI ``POST /embed_sparse`` and ``/embed_all``."""
+class TEIEmbedOutputRequest(LongDocumentFields):
+    """TEI ``POST /embed_sparse`` and ``/embed_all`` (the long-document fields refused)."""
 
     inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
     truncate: StrictBool = True
@@ -189,8 +197,16 @@ class Token(BaseModel):
     stop: int | None
 
 
-class TEIEmbedResponse(RootModel[list[list[float]]]):
-    """One vector per input."""
+class TEIChunkedInput(BaseModel):
+    """One input chunked (with a ``chunking`` object): its aggregate and its chunks."""
+
+    embedding: list[float] | None = Field(description="The aggregate; null with aggregate none.")
+    chunks: list[ChunkItem]
+
+
+class TEIEmbedResponse(RootModel[list[list[float]] | list[TEIChunkedInput]]):
+    """One vector per input; with a ``chunking`` object, one ``{embedding, chunks}`` per
+    input (``overflow`` chunk alone keeps TEI's list of vectors: each input's aggregate)."""
 
 
 class TEIEmbedSparseResponse(RootModel[list[list[SparseValue]]]):
@@ -249,12 +265,16 @@ def text_request(
 ) -> EmbedRequest:
     """A TEI body's text fields (``truncate``, ``truncation_direction`` in either case,
     ``prompt_name``) as an engine request for ``output``, with the route's own ``fields``."""
+    long: dict[str, Any] = {}
+    if isinstance(body, LongDocumentFields):
+        long = long_document_options(body, body.truncate)
     return EmbedRequest(
         texts,
         output=output.kind,
-        truncate=body.truncate,
+        truncate=long.pop("truncate", body.truncate),
         truncation_direction=body.truncation_direction.lower(),  # type: ignore[arg-type]
         prompt_name=body.prompt_name,
+        **long,
         **fields,
     )
 
@@ -272,6 +292,12 @@ class Embed(_Inputs):
     """``/embed``: ``[[float]]``."""
 
     def decode(self, body: TEIEmbedRequest, engine: Engine) -> EmbedRequest:
+        if body.aggregate == "none" and body.chunking is None:
+            raise BadRequest(
+                "TEI's answer holds one vector per input: aggregate 'none' needs a "
+                "`chunking` object (each input then answers its chunks)",
+                param="aggregate",
+            )
         return text_request(
             as_list(body.inputs),
             body,
@@ -281,6 +307,14 @@ class Embed(_Inputs):
         )
 
     def encode(self, body: TEIEmbedRequest, engine: Engine, result: Result) -> TEIEmbedResponse:
+        output = result.output
+        if isinstance(output, ChunkedVectors) and body.chunking is not None:
+            documents = document_vectors(output, base64=False)
+            items = [
+                of(TEIChunkedInput, embedding=vector, chunks=chunk_items(output, i, False))
+                for i, vector in enumerate(documents)
+            ]
+            return of(TEIEmbedResponse, root=items)
         return of(TEIEmbedResponse, root=result.outputs)
 
 
