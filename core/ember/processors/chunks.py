@@ -7,6 +7,9 @@ it covered in the whole input: embedding a chunk equals embedding its text. Only
 longer than a chunk is cut inside. A chunk's characters run from its first token's start to
 the next chunk's first token (trailing whitespace left out), so characters no token covers
 (combining marks a normaliser strips, control characters) stay with the chunk before them.
+A word longer than a chunk is cut where a token starts a new character; only where a
+byte-level BPE split every character within reach across two tokens do two chunks share
+the one character the cut lies in.
 """
 
 from __future__ import annotations
@@ -70,6 +73,16 @@ def _first_at_least(positions: list[int], low: int, floor: int) -> int | None:
     return positions[k] if k < len(positions) else None
 
 
+def _character_cut(doc: Tokenised, begin: int, end: int) -> int:
+    """Where to cut a word longer than a chunk: the last token up to ``end`` that starts a
+    new character (a byte-level BPE splits a character's bytes across tokens, which both
+    map to the whole character); ``end`` when none does."""
+    for p in range(end, begin, -1):
+        if doc.offsets[p][0] >= doc.offsets[p - 1][1]:
+            return p
+    return end
+
+
 def token_spans(
     doc: Tokenised, size: int, overlap: int = 0, boundary: Boundary = "token"
 ) -> list[tuple[int, int]]:
@@ -90,7 +103,7 @@ def token_spans(
         end = (
             _last_at_most(sentences, begin, begin + size)
             or _last_at_most(starts, begin, begin + size)
-            or begin + size  # one word longer than a chunk: cut inside it
+            or _character_cut(doc, begin, begin + size)  # a word longer than a chunk
         )
         if spans and end <= spans[-1][1]:  # the overlap left no room to go on: none
             begin = spans[-1][1]
