@@ -88,8 +88,8 @@ class LongInputs:
         return processor
 
     def _prompt(self, request: EmbedRequest) -> str:
-        name = request.prompt_name or self.model.default_prompt_name
-        return self.model.prompts.get(name, "") if name else ""
+        """The prompt in front of each text (checked: an unknown name is refused)."""
+        return self.text_inputs.with_prompt([""], request.prompt_name)[0]
 
     async def embed(self, request: EmbedRequest, normalize: bool) -> Result:
         """``request``'s inputs chunked, embedded and aggregated (validated already)."""
@@ -183,6 +183,12 @@ class LongInputs:
         owners: list[list[int]] = []  # per piece, the flat chunk index of each of its spans
         first = 0  # the flat index of each document's first chunk
         for doc, doc_spans in zip(docs, spans, strict=True):
+            if len(doc) == 0:  # no tokens (whitespace): pooled over its special tokens
+                piece = processor.wrapped(prompt_ids)
+                pieces.append(replace(piece, spans=((0, len(piece)),), adapter=adapter))
+                owners.append([first])
+                first += len(doc_spans)
+                continue
             for window in windows(len(doc), room):
                 own, parts = [], []
                 for k, span in enumerate(doc_spans):
