@@ -89,13 +89,18 @@ def main() -> int:
     parser.add_argument("--ember", default="auto:auto", help="backend:dtype (benchmarks/run.py)")
     parser.add_argument("--model", type=Path, default=None, help="default: the packaged MiniLM")
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--request-timeout", type=float, default=900.0)
     parser.add_argument("--out", type=Path, default=run.RESULTS)
     args = parser.parse_args()
     from ember.models.resolve import default_model_path
 
     model = args.model or default_model_path()
     doc = document(args.tokens)
-    live = run.start_server(run.ember_server(args.ember, args.python), model, "long-docs", 300)
+    server = run.ember_server(args.ember, args.python)
+    # A 32k-token document takes tens of seconds on a few CPU cores: past the default
+    # --request-timeout, admission would refuse it (429) before any work.
+    server.env["EMBER_REQUEST_TIMEOUT"] = str(args.request_timeout)
+    live = run.start_server(server, model, "long-docs", 300)
     if "error" in live.row:
         print(json.dumps(live.row, indent=1))
         return 1
