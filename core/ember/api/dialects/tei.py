@@ -244,6 +244,7 @@ class SimilarityResponse(RootModel[list[float]]):
 class RootResponse(
     RootModel[
         list[list[float]]
+        | list[TEIChunkedInput]
         | list[list[SparseValue]]
         | list[list[list[float]]]
         | list[LabelScore]
@@ -252,7 +253,8 @@ class RootResponse(
         | list[float]
     ]
 ):
-    """What the route it stands for answers: /embed, /embed_sparse, /embed_all, /predict
+    """What the route it stands for answers: /embed (chunked inputs too), /embed_sparse,
+    /embed_all, /predict
     (``[[{"label", "score"}]]`` with the Inference API's ``parameters``), /rerank (TEI's)
     or /similarity."""
 
