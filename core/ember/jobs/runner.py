@@ -15,24 +15,26 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ember import tracing
 from ember.capabilities import Output
+from ember.chunking import Chunking
 from ember.config import ServerSettings
 from ember.engine import Engine, EngineArray
 from ember.engine.requests import EmbedRequest
 from ember.errors import BadRequest, ConfigError
 from ember.families.registry import Family
+from ember.jobs.chunked import ChunkRows, per_input
 from ember.jobs.inputs import InputSpec, Row
 from ember.jobs.lock import hold_output
 from ember.jobs.refusals import embed_each, split_refused
-from ember.jobs.shards import embedding_array
-from ember.jobs.writer import JobRun, JobSummary
+from ember.jobs.shards import embedding_array, rows_table
+from ember.jobs.writer import JobRun, JobSummary, LayOut
 from ember.models.spec import ModelSpec
 from ember.outputs import embeds
 
@@ -68,6 +70,7 @@ class JobOptions:
     overwrite: bool = False
     progress: bool = True
     truncate: bool = True  # off: a row past the model's maximum is refused (_errors.jsonl)
+    chunking: Chunking | None = None  # a row per chunk of each input (jobs.chunked)
 
     @property
     def shard_size(self) -> int:
@@ -83,6 +86,7 @@ class JobOptions:
             dimensions=self.dimensions,
             prompt_name=self.prompt_name,
             truncate=self.truncate,
+            chunking=self.chunking,
         )
 
 
@@ -115,6 +119,7 @@ async def embed_rows(
     ``refuse_rows`` a row the model refuses is a ``Refused`` among the embeddings
     (``jobs.refusals``) instead of the call's error."""
     base = replace(request or EmbedRequest(()), output=output)  # each chunk's options
+    values_of = _values_of(base)
     source = iter(rows)
     window: deque[tuple[list[Any], list[str], asyncio.Task[Any]]] = deque()
     queued = 0
@@ -138,11 +143,11 @@ async def embed_rows(
                 break
             chunk_ids, texts, task = window.popleft()
             try:
-                outputs = (await task).outputs
+                outputs = values_of(await task)
             except BadRequest:
                 if not refuse_rows:
                     raise
-                outputs = await embed_each(texts, partial(_embed_one, engine, base))
+                outputs = await embed_each(texts, partial(_embed_one, engine, base, values_of))
             queued -= len(chunk_ids)
             ids.extend(chunk_ids)
             values.extend(outputs)
@@ -159,8 +164,17 @@ async def embed_rows(
         await asyncio.gather(*(task for *_, task in window), return_exceptions=True)
 
 
-async def _embed_one(engine: Engine, base: EmbedRequest, text: str) -> Any:
-    return (await engine.embed(replace(base, inputs=[text]))).outputs[0]
+def _values_of(request: EmbedRequest) -> Callable[[Any], Sequence[Any]]:
+    """A call's answer as one value per input: the payload, or each input's chunks."""
+    if request.chunking is None:
+        return lambda result: result.outputs
+    return lambda result: per_input(result.output)
+
+
+async def _embed_one(
+    engine: Engine, base: EmbedRequest, values_of: Callable[[Any], Sequence[Any]], text: str
+) -> Any:
+    return values_of(await engine.embed(replace(base, inputs=[text])))[0]
 
 
 def job_identity(
@@ -184,6 +198,7 @@ def job_identity(
         "prompt_name": options.prompt_name,
         # only when off: a checkpoint written before the flag existed resumes as it was
         **({} if options.truncate else {"truncate": False}),
+        **({} if options.chunking is None else {"chunking": asdict(options.chunking)}),
     }
 
 
@@ -241,8 +256,9 @@ async def _embed_held(engine: Engine, source: InputSpec, options: JobOptions) ->
     request = options.embed_request(output)
     # The options are tried once first: one the model cannot take (dimensions past its
     # size) fails the job here, not every row into the dead-letter file.
+    # With chunking, the probe is where a model that cannot chunk is refused, in one line.
     probe = await engine.embed(replace(request, inputs=["ember"]))
-    empty = embedding_array(output, probe.outputs)[:0]  # a shard whose rows are all refused
+    column_of, lay_out = _layout(output, options.chunking, probe)
     run = open_run(engine.spec, source, output, options)
     if run.finished:
         return run.finish()
@@ -259,12 +275,23 @@ async def _embed_held(engine: Engine, source: InputSpec, options: JobOptions) ->
             refuse_rows=True,
         ):
             good, refused = split_refused(values)
-            column = embedding_array(output, good) if good else empty
             # Parquet encoding and fsync off the loop: the batcher keeps being fed meanwhile.
-            await asyncio.to_thread(run.write, ids, column, refused)
+            await asyncio.to_thread(run.write, ids, column_of(good), refused, lay_out)
     finally:
         run.close()
     return run.finish()
+
+
+def _layout(
+    output: Output, chunking: Chunking | None, probe: Any
+) -> tuple[Callable[[list[Any]], Any], LayOut]:
+    """How a shard's embedded values become its table: an Arrow column of whole rows (its
+    type from the probe, for a shard whose rows are all refused), or rows per chunk."""
+    if chunking is None:
+        empty = embedding_array(output, probe.outputs)[:0]
+        return (lambda good: embedding_array(output, good) if good else empty), rows_table
+    width = probe.output.chunks[0].shape[1]
+    return (lambda good: good), ChunkRows(width, chunking.text)
 
 
 async def _run(settings: ServerSettings, source: InputSpec, options: JobOptions) -> JobSummary:
