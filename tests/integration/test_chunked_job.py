@@ -19,6 +19,7 @@ import pytest
 
 from ember.chunking import Chunking
 from ember.engine import EmbedRequest
+from ember.errors import ConfigError
 from ember.jobs.inputs import InputSpec
 from ember.jobs.runner import JobOptions, job_settings, run_embed_job
 from tests.support import REPO, child_env
@@ -118,7 +119,11 @@ def test_chunk_rows_equal_the_engine(
     loop, model = engine
     texts = [*_texts(10, 3, 300), "", "one"]
     source = InputSpec.of(_corpus(tmp_path / "c.jsonl", texts), id_column="doc")
-    options = JobOptions(tmp_path / "out", shard_rows=5, progress=False, chunking=chunking)
+    # A window of 8 chunks: the job's queue takes a call's texts, each of many chunks.
+    options = JobOptions(
+        tmp_path / "out", shard_rows=5, in_flight=8, chunk_rows=4, progress=False,
+        chunking=chunking,
+    )  # fmt: skip
     summary = loop.run(run_embed_job(model, source, options))
     assert (summary.rows, summary.shards) == (12, 3)
     want = loop.run(model.embed(EmbedRequest(texts, chunking=chunking))).output
@@ -164,6 +169,10 @@ def test_a_chunked_job_killed_and_resumed_writes_every_chunk_once(
     assert len(keys) == len(set(keys))  # every chunk (and document row) once
     want = loop.run(model.embed(EmbedRequest(texts, chunking=chunking))).output
     _check_rows(table, texts, want, chunking)  # in input order, from both runs
+
+    other = replace(options, chunking=replace(chunking, overlap=2))
+    with pytest.raises(ConfigError, match=r"another job's output \(differs in chunking\)"):
+        loop.run(run_embed_job(model, source, other))
 
 
 def test_a_model_that_cannot_chunk_is_refused_at_start(

@@ -1,6 +1,7 @@
-"""The chunked job's rows and flags: a document row before its chunks (chunk null), the
-chunk flags refused without --chunk-tokens, with --ray and with a batch file, each in one
-line, and a model that cannot chunk refused before any row is written."""
+"""The chunked job's rows, window and flags: a document row before its chunks (chunk
+null), texts weighed by their chunks, and the chunk flags refused without --chunk-tokens,
+with --ray and with a batch file, each in one line (a model that cannot chunk:
+test_jobs_runner.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ember.cli import build_parser
 from ember.errors import BadRequest, ConfigError
 from ember.jobs.chunked import Chunked, ChunkRows, per_input
 from ember.jobs.command import chunking_of_args, run_embed
+from ember.jobs.runner import chunks_weighed
 from ember.outputs import ChunkedVectors
 
 
@@ -46,6 +48,12 @@ def test_a_shard_holds_each_document_row_then_its_chunks() -> None:
     assert table.column("id").to_pylist() == [7, 7, 8]
     empty = ChunkRows(2)([], [], pa.int64())
     assert empty.num_rows == 0 and empty.schema == table.schema
+
+
+def test_the_window_weighs_a_text_by_its_chunks() -> None:
+    chunking = Chunking(size=32, overlap=8)  # a chunk per 24 tokens: 96 characters
+    assert [chunks_weighed(chunking, "x" * n) for n in (0, 96, 97, 960)] == [1, 1, 2, 10]
+    assert chunks_weighed(Chunking(), "x" * 1024) == 1  # the model's size: 256 tokens
 
 
 def test_chunk_flags() -> None:
@@ -93,22 +101,3 @@ def test_chunking_is_refused_on_ray_and_in_batch_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="^--chunk-tokens is for a corpus; a batch file's"):
         run_embed(on_batch, settings)
     assert not (tmp_path / "o").exists() and not (tmp_path / "r.jsonl").exists()
-
-
-def test_a_sparse_model_is_refused_at_the_start(tmp_path: Path) -> None:
-    from ember.config import settings_from_env
-    from ember.jobs.inputs import InputSpec
-    from ember.jobs.runner import JobOptions, embed_corpus
-    from tests.fixtures.retrieval_models import build_tiny_splade
-
-    model = build_tiny_splade(tmp_path / "splade")
-    corpus = tmp_path / "c.txt"
-    corpus.write_text("a text\n")
-    settings = settings_from_env(model_id=str(model), device="cpu", backend="torch")
-    options = JobOptions(tmp_path / "out", progress=False, chunking=Chunking(size=8))
-    with pytest.raises(BadRequest) as refused:
-        embed_corpus(settings, InputSpec.of(corpus), options)
-    message = refused.value.message
-    assert "chunking gives one dense vector per chunk" in message and "\n" not in message
-    assert "returns sparse embeddings" in message
-    assert not (tmp_path / "out" / "_ember_job.json").exists()

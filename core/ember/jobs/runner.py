@@ -51,6 +51,14 @@ CHUNK_ROWS = 64
 # 30% more (its forwards favour small batches there): ct2 jobs pass --in-flight 128.
 IN_FLIGHT = 4096
 SHARD_ROWS = 10_000
+# A chunked job's window counts chunks: each queues as an input of its own (a late chunk's
+# tokens go in windows of the model's length, about as many tokens as its chunks). English
+# runs 4-5 characters per token with WordPiece and BPE vocabularies.
+CHARS_PER_TOKEN = 4
+CHUNK_TOKENS_UNSIZED = 256  # a Chunking of the model's own size (the job always sets one)
+# The job's own queue limit when it chunks: the window bounds what is queued, and a text's
+# chunks are known only once it is tokenised (one book can be thousands).
+CHUNKED_QUEUE = 1 << 30
 # A job's inputs are not requests: none should expire while thousands queue ahead of it.
 JOB_REQUEST_TIMEOUT = 7 * 24 * 3600.0
 
@@ -96,7 +104,11 @@ def job_settings(settings: ServerSettings, options: JobOptions) -> ServerSetting
         raise ConfigError("ember embed runs one model; pass one --model-id")
     return settings.model_copy(
         update={
-            "max_queue_size": str(max(options.in_flight, options.chunk_rows)),
+            "max_queue_size": str(
+                max(options.in_flight, options.chunk_rows)
+                if options.chunking is None
+                else CHUNKED_QUEUE
+            ),
             "request_timeout": JOB_REQUEST_TIMEOUT,
         }
     )
@@ -115,40 +127,46 @@ async def embed_rows(
     refuse_rows: bool = False,
 ) -> AsyncIterator[tuple[list[Any], list[Any]]]:
     """(ids, embeddings) of ``shard_rows`` rows at a time (the last may be shorter), in
-    the order ``rows`` gives them, with up to ``in_flight`` inputs queued ahead. With
-    ``refuse_rows`` a row the model refuses is a ``Refused`` among the embeddings
-    (``jobs.refusals``) instead of the call's error."""
+    the order ``rows`` gives them, with up to ``in_flight`` inputs queued ahead (with
+    chunking: about that many chunks, ``chunks_weighed``). With ``refuse_rows`` a row the
+    model refuses is a ``Refused`` among the embeddings (``jobs.refusals``) instead of the
+    call's error."""
     base = replace(request or EmbedRequest(()), output=output)  # each chunk's options
     values_of = _values_of(base)
+    weigh = (lambda text: 1) if base.chunking is None else partial(chunks_weighed, base.chunking)
     source = iter(rows)
-    window: deque[tuple[list[Any], list[str], asyncio.Task[Any]]] = deque()
+    window: deque[tuple[list[Any], list[str], int, asyncio.Task[Any]]] = deque()
     queued = 0
-    exhausted = False
+    held: list[Row] = []  # rows read that would pass the window: the next call's
     ids: list[Any] = []
     values: list[Any] = []
     try:
         while True:
-            while not exhausted and (not window or queued + chunk_rows <= in_flight):
-                part = list(itertools.islice(source, chunk_rows))
+            while True:
+                part = held or list(itertools.islice(source, chunk_rows))
                 if not part:
-                    exhausted = True
                     break
+                weight = sum(weigh(text) for _, text in part)
+                if window and queued + weight > in_flight:
+                    held = part
+                    break
+                held = []
                 texts = [text for _, text in part]
                 call = engine.embed(replace(base, inputs=texts))
                 call = tracing.traced(tracing.JOB_SPAN, call)  # a span per chunk, if on
                 chunk_ids = [row_id for row_id, _ in part]
-                window.append((chunk_ids, texts, asyncio.ensure_future(call)))
-                queued += len(part)
+                window.append((chunk_ids, texts, weight, asyncio.ensure_future(call)))
+                queued += weight
             if not window:
                 break
-            chunk_ids, texts, task = window.popleft()
+            chunk_ids, texts, weight, task = window.popleft()
             try:
                 outputs = values_of(await task)
             except BadRequest:
                 if not refuse_rows:
                     raise
                 outputs = await embed_each(texts, partial(_embed_one, engine, base, values_of))
-            queued -= len(chunk_ids)
+            queued -= weight
             ids.extend(chunk_ids)
             values.extend(outputs)
             if on_rows is not None:
@@ -162,6 +180,14 @@ async def embed_rows(
         for *_, task in window:  # an error or a cancelled job: drop what is still queued
             task.cancel()
         await asyncio.gather(*(task for *_, task in window), return_exceptions=True)
+
+
+def chunks_weighed(chunking: Chunking, text: str) -> int:
+    """About how many chunks ``text`` queues (it is tokenised only in the engine): one per
+    ``size - overlap`` tokens at ``CHARS_PER_TOKEN``. Text of fewer characters per token
+    queues more than weighed, which the job's queue takes (``job_settings``)."""
+    step = (chunking.size or CHUNK_TOKENS_UNSIZED) - chunking.overlap
+    return max(1, -(-len(text) // (CHARS_PER_TOKEN * step)))
 
 
 def _values_of(request: EmbedRequest) -> Callable[[Any], Sequence[Any]]:
