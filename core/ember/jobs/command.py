@@ -86,15 +86,16 @@ def add_embed_parser(sub: Any, add_settings_arguments: Callable[..., None]) -> N
         "--shard-rows",
         type=int,
         default=None,
-        help=f"Rows per Parquet shard, the checkpoint unit [{SHARD_ROWS}; with --ray: sized "
-        "so every worker gets several shards, at most that].",
+        help=f"Input rows per Parquet shard, the checkpoint unit (with --chunk-tokens, all "
+        f"their chunks) [{SHARD_ROWS}; with --ray: sized so every worker gets several shards, "
+        "at most that].",
     )
     embed.add_argument(
         "--in-flight",
         type=int,
         default=IN_FLIGHT,
-        help=f"Inputs queued ahead for the batcher [{IN_FLIGHT}]; ct2 on CPU ran faster "
-        "with 128 (smaller batches).",
+        help=f"Inputs (with --chunk-tokens, chunks) queued ahead for the batcher [{IN_FLIGHT}]; "
+        "ct2 on CPU ran faster with 128 (smaller batches).",
     )
     embed.add_argument(
         "--chunk-rows", type=int, default=CHUNK_ROWS, help=f"Inputs per engine call [{CHUNK_ROWS}]."
