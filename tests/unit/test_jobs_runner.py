@@ -169,3 +169,22 @@ def test_sparse_and_multi_vector_jobs_equal_the_engine(
             assert np.allclose(got["values"], expected.values, atol=1e-5)
         else:
             assert np.allclose(np.asarray(got), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("output", ["sparse", "multi"])
+def test_a_model_that_cannot_chunk_is_refused_at_the_start(
+    tmp_path: Path, retrieval_models: dict[str, Path], output: str
+) -> None:
+    """``ember embed --chunk-tokens`` on SPLADE or ColBERT: one line, before any row."""
+    from ember.chunking import Chunking
+    from ember.errors import BadRequest
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a text\n")
+    options = JobOptions(tmp_path / "out", progress=False, chunking=Chunking(size=8))
+    with pytest.raises(BadRequest) as refused:
+        embed_corpus(_settings(retrieval_models[output]), InputSpec.of(corpus), options)
+    message = refused.value.message
+    assert "\n" not in message and f"returns {output} embeddings" in message, message
+    assert "chunking gives one dense vector per chunk" in message
+    assert not (tmp_path / "out" / "_ember_job.json").exists()

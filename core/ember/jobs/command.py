@@ -86,15 +86,16 @@ def add_embed_parser(sub: Any, add_settings_arguments: Callable[..., None]) -> N
         "--shard-rows",
         type=int,
         default=None,
-        help=f"Rows per Parquet shard, the checkpoint unit [{SHARD_ROWS}; with --ray: sized "
-        "so every worker gets several shards, at most that].",
+        help=f"Input rows per Parquet shard, the checkpoint unit (with --chunk-tokens, all "
+        f"their chunks) [{SHARD_ROWS}; with --ray: sized so every worker gets several shards, "
+        "at most that].",
     )
     embed.add_argument(
         "--in-flight",
         type=int,
         default=IN_FLIGHT,
-        help=f"Inputs queued ahead for the batcher [{IN_FLIGHT}]; ct2 on CPU ran faster "
-        "with 128 (smaller batches).",
+        help=f"Inputs (with --chunk-tokens, chunks) queued ahead for the batcher [{IN_FLIGHT}]; "
+        "ct2 on CPU ran faster with 128 (smaller batches).",
     )
     embed.add_argument(
         "--chunk-rows", type=int, default=CHUNK_ROWS, help=f"Inputs per engine call [{CHUNK_ROWS}]."
@@ -110,6 +111,7 @@ def add_embed_parser(sub: Any, add_settings_arguments: Callable[..., None]) -> N
         "refused: left out of the dataset and written to DIR/_errors.jsonl (id, position, "
         "error), and counted in the summary's `errors`.",
     )
+    _add_chunk_arguments(embed)
     embed.add_argument(
         "--ray",
         nargs="?",
@@ -154,6 +156,82 @@ def add_embed_parser(sub: Any, add_settings_arguments: Callable[..., None]) -> N
     )
 
 
+# The long-document flags (``ember.chunking``; their defaults are None so that a flag given
+# without --chunk-tokens can be named).
+CHUNK_FLAGS = ("overlap", "chunk_boundary", "late_chunking", "aggregate", "chunk_text")
+
+
+def _add_chunk_arguments(embed: argparse.ArgumentParser) -> None:
+    from ember.chunking import AGGREGATES, BOUNDARIES
+
+    embed.add_argument(
+        "--chunk-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Cut each text into chunks of at most N tokens and write one row per chunk: "
+        "id, chunk (its 0-based index), char_start, char_end (code points: "
+        "text[char_start:char_end] is the chunk), embedding. Texts past the model's length "
+        "are then kept whole, not cut. Default: off, one row per text.",
+    )
+    embed.add_argument(
+        "--overlap",
+        type=int,
+        default=None,
+        metavar="M",
+        help="Tokens each chunk repeats of the one before [0].",
+    )
+    embed.add_argument(
+        "--chunk-boundary",
+        choices=BOUNDARIES,
+        default=None,
+        help="Cut between words (token) or, where a sentence ends within the chunk, there "
+        "(sentence) [token].",
+    )
+    embed.add_argument(
+        "--late-chunking",
+        action="store_true",
+        default=None,
+        help="One forward over each whole text (overlapping windows past the model's "
+        "length), each chunk pooled from its own tokens; chunks may then be longer than the "
+        "model's length. Mean or max pooling models only.",
+    )
+    embed.add_argument(
+        "--aggregate",
+        choices=AGGREGATES,
+        default=None,
+        help="Also write each text's own row, before its chunks, with chunk null and this "
+        "aggregate of its chunks as embedding (mean: weighted by their tokens) [none].",
+    )
+    embed.add_argument(
+        "--chunk-text",
+        action="store_true",
+        default=None,
+        help="Write each chunk's text too (a `text` column; null on a text's own row).",
+    )
+
+
+def chunking_of_args(args: argparse.Namespace) -> Any:
+    """The ``Chunking`` the chunk flags ask for (None: none): a chunk flag without
+    --chunk-tokens is refused, naming it."""
+    from ember.chunking import Chunking
+    from ember.errors import ConfigError
+
+    given = [f"--{n.replace('_', '-')}" for n in CHUNK_FLAGS if getattr(args, n) is not None]
+    if args.chunk_tokens is None:
+        if given:
+            raise ConfigError(f"{given[0]} is for chunks: pass --chunk-tokens N too")
+        return None
+    return Chunking(
+        size=args.chunk_tokens,
+        overlap=args.overlap or 0,
+        boundary=args.chunk_boundary or "token",
+        late=bool(args.late_chunking),
+        aggregate=args.aggregate or "none",
+        text=bool(args.chunk_text),
+    )
+
+
 def run_embed(args: argparse.Namespace, settings: Any) -> int:
     """Run the job; the summary goes to stdout as one JSON line."""
     from pathlib import Path
@@ -178,7 +256,13 @@ def run_embed(args: argparse.Namespace, settings: Any) -> int:
     _check_worker_size(args.ray_cpus_per_worker, args.ray_gpus_per_worker)
     from ember.jobs.batch import is_batch_file
 
+    chunking = chunking_of_args(args)
     if is_batch_file(Path(args.input), args.input_format):
+        if chunking is not None:
+            raise ConfigError(
+                "--chunk-tokens is for a corpus; a batch file's lines say it in each body "
+                "(chunking, late_chunking)"
+            )
         if args.ray is not None:
             raise ConfigError("--ray runs a corpus; a batch file runs in-process")
         return _run_batch(args, settings)
@@ -200,6 +284,7 @@ def run_embed(args: argparse.Namespace, settings: Any) -> int:
         overwrite=args.overwrite,
         progress=args.progress,
         truncate=args.truncate,
+        chunking=chunking,
     )
     if args.ray is None:
         summary = embed_corpus(settings, source, options)

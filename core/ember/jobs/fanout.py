@@ -134,6 +134,7 @@ async def run_shard(engine: Engine, work: Path, task: ShardTask, options: JobOpt
         in_flight=options.in_flight,
         chunk_rows=options.chunk_rows,
         progress=False,
+        chunking=options.chunking,
     )
     return await run_embed_job(engine, source, shard_options)
 

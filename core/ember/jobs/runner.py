@@ -15,24 +15,26 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ember import tracing
 from ember.capabilities import Output
+from ember.chunking import Chunking
 from ember.config import ServerSettings
 from ember.engine import Engine, EngineArray
 from ember.engine.requests import EmbedRequest
 from ember.errors import BadRequest, ConfigError
 from ember.families.registry import Family
+from ember.jobs.chunked import ChunkRows, per_input
 from ember.jobs.inputs import InputSpec, Row
 from ember.jobs.lock import hold_output
 from ember.jobs.refusals import embed_each, split_refused
-from ember.jobs.shards import embedding_array
-from ember.jobs.writer import JobRun, JobSummary
+from ember.jobs.shards import embedding_array, rows_table
+from ember.jobs.writer import JobRun, JobSummary, LayOut
 from ember.models.spec import ModelSpec
 from ember.outputs import embeds
 
@@ -49,6 +51,14 @@ CHUNK_ROWS = 64
 # 30% more (its forwards favour small batches there): ct2 jobs pass --in-flight 128.
 IN_FLIGHT = 4096
 SHARD_ROWS = 10_000
+# A chunked job's window counts chunks: each queues as an input of its own (a late chunk's
+# tokens go in windows of the model's length, about as many tokens as its chunks). English
+# runs 4-5 characters per token with WordPiece and BPE vocabularies.
+CHARS_PER_TOKEN = 4
+CHUNK_TOKENS_UNSIZED = 256  # a Chunking of the model's own size (the job always sets one)
+# The job's own queue limit when it chunks: the window bounds what is queued, and a text's
+# chunks are known only once it is tokenised (one book can be thousands).
+CHUNKED_QUEUE = 1 << 30
 # A job's inputs are not requests: none should expire while thousands queue ahead of it.
 JOB_REQUEST_TIMEOUT = 7 * 24 * 3600.0
 
@@ -68,6 +78,7 @@ class JobOptions:
     overwrite: bool = False
     progress: bool = True
     truncate: bool = True  # off: a row past the model's maximum is refused (_errors.jsonl)
+    chunking: Chunking | None = None  # a row per chunk of each input (jobs.chunked)
 
     @property
     def shard_size(self) -> int:
@@ -83,6 +94,7 @@ class JobOptions:
             dimensions=self.dimensions,
             prompt_name=self.prompt_name,
             truncate=self.truncate,
+            chunking=self.chunking,
         )
 
 
@@ -92,7 +104,11 @@ def job_settings(settings: ServerSettings, options: JobOptions) -> ServerSetting
         raise ConfigError("ember embed runs one model; pass one --model-id")
     return settings.model_copy(
         update={
-            "max_queue_size": str(max(options.in_flight, options.chunk_rows)),
+            "max_queue_size": str(
+                max(options.in_flight, options.chunk_rows)
+                if options.chunking is None
+                else CHUNKED_QUEUE
+            ),
             "request_timeout": JOB_REQUEST_TIMEOUT,
         }
     )
@@ -111,39 +127,46 @@ async def embed_rows(
     refuse_rows: bool = False,
 ) -> AsyncIterator[tuple[list[Any], list[Any]]]:
     """(ids, embeddings) of ``shard_rows`` rows at a time (the last may be shorter), in
-    the order ``rows`` gives them, with up to ``in_flight`` inputs queued ahead. With
-    ``refuse_rows`` a row the model refuses is a ``Refused`` among the embeddings
-    (``jobs.refusals``) instead of the call's error."""
+    the order ``rows`` gives them, with up to ``in_flight`` inputs queued ahead (with
+    chunking: about that many chunks, ``chunks_weighed``). With ``refuse_rows`` a row the
+    model refuses is a ``Refused`` among the embeddings (``jobs.refusals``) instead of the
+    call's error."""
     base = replace(request or EmbedRequest(()), output=output)  # each chunk's options
+    values_of = _values_of(base)
+    weigh = (lambda text: 1) if base.chunking is None else partial(chunks_weighed, base.chunking)
     source = iter(rows)
-    window: deque[tuple[list[Any], list[str], asyncio.Task[Any]]] = deque()
+    window: deque[tuple[list[Any], list[str], int, asyncio.Task[Any]]] = deque()
     queued = 0
-    exhausted = False
+    held: list[Row] = []  # rows read that would pass the window: the next call's
     ids: list[Any] = []
     values: list[Any] = []
     try:
         while True:
-            while not exhausted and (not window or queued + chunk_rows <= in_flight):
-                part = list(itertools.islice(source, chunk_rows))
+            while True:
+                part = held or list(itertools.islice(source, chunk_rows))
                 if not part:
-                    exhausted = True
                     break
+                weight = sum(weigh(text) for _, text in part)
+                if window and queued + weight > in_flight:
+                    held = part
+                    break
+                held = []
                 texts = [text for _, text in part]
                 call = engine.embed(replace(base, inputs=texts))
                 call = tracing.traced(tracing.JOB_SPAN, call)  # a span per chunk, if on
                 chunk_ids = [row_id for row_id, _ in part]
-                window.append((chunk_ids, texts, asyncio.ensure_future(call)))
-                queued += len(part)
+                window.append((chunk_ids, texts, weight, asyncio.ensure_future(call)))
+                queued += weight
             if not window:
                 break
-            chunk_ids, texts, task = window.popleft()
+            chunk_ids, texts, weight, task = window.popleft()
             try:
-                outputs = (await task).outputs
+                outputs = values_of(await task)
             except BadRequest:
                 if not refuse_rows:
                     raise
-                outputs = await embed_each(texts, partial(_embed_one, engine, base))
-            queued -= len(chunk_ids)
+                outputs = await embed_each(texts, partial(_embed_one, engine, base, values_of))
+            queued -= weight
             ids.extend(chunk_ids)
             values.extend(outputs)
             if on_rows is not None:
@@ -159,8 +182,25 @@ async def embed_rows(
         await asyncio.gather(*(task for *_, task in window), return_exceptions=True)
 
 
-async def _embed_one(engine: Engine, base: EmbedRequest, text: str) -> Any:
-    return (await engine.embed(replace(base, inputs=[text]))).outputs[0]
+def chunks_weighed(chunking: Chunking, text: str) -> int:
+    """About how many chunks ``text`` queues (it is tokenised only in the engine): one per
+    ``size - overlap`` tokens at ``CHARS_PER_TOKEN``. Text of fewer characters per token
+    queues more than weighed, which the job's queue takes (``job_settings``)."""
+    step = (chunking.size or CHUNK_TOKENS_UNSIZED) - chunking.overlap
+    return max(1, -(-len(text) // (CHARS_PER_TOKEN * step)))
+
+
+def _values_of(request: EmbedRequest) -> Callable[[Any], Sequence[Any]]:
+    """A call's answer as one value per input: the payload, or each input's chunks."""
+    if request.chunking is None:
+        return lambda result: result.outputs
+    return lambda result: per_input(result.output)
+
+
+async def _embed_one(
+    engine: Engine, base: EmbedRequest, values_of: Callable[[Any], Sequence[Any]], text: str
+) -> Any:
+    return values_of(await engine.embed(replace(base, inputs=[text])))[0]
 
 
 def job_identity(
@@ -184,6 +224,7 @@ def job_identity(
         "prompt_name": options.prompt_name,
         # only when off: a checkpoint written before the flag existed resumes as it was
         **({} if options.truncate else {"truncate": False}),
+        **({} if options.chunking is None else {"chunking": asdict(options.chunking)}),
     }
 
 
@@ -241,8 +282,9 @@ async def _embed_held(engine: Engine, source: InputSpec, options: JobOptions) ->
     request = options.embed_request(output)
     # The options are tried once first: one the model cannot take (dimensions past its
     # size) fails the job here, not every row into the dead-letter file.
+    # With chunking, the probe is where a model that cannot chunk is refused, in one line.
     probe = await engine.embed(replace(request, inputs=["ember"]))
-    empty = embedding_array(output, probe.outputs)[:0]  # a shard whose rows are all refused
+    column_of, lay_out = _layout(output, options.chunking, probe)
     run = open_run(engine.spec, source, output, options)
     if run.finished:
         return run.finish()
@@ -259,12 +301,23 @@ async def _embed_held(engine: Engine, source: InputSpec, options: JobOptions) ->
             refuse_rows=True,
         ):
             good, refused = split_refused(values)
-            column = embedding_array(output, good) if good else empty
             # Parquet encoding and fsync off the loop: the batcher keeps being fed meanwhile.
-            await asyncio.to_thread(run.write, ids, column, refused)
+            await asyncio.to_thread(run.write, ids, column_of(good), refused, lay_out)
     finally:
         run.close()
     return run.finish()
+
+
+def _layout(
+    output: Output, chunking: Chunking | None, probe: Any
+) -> tuple[Callable[[list[Any]], Any], LayOut]:
+    """How a shard's embedded values become its table: an Arrow column of whole rows (its
+    type from the probe, for a shard whose rows are all refused), or rows per chunk."""
+    if chunking is None:
+        empty = embedding_array(output, probe.outputs)[:0]
+        return (lambda good: embedding_array(output, good) if good else empty), rows_table
+    width = probe.output.chunks[0].shape[1]
+    return (lambda good: good), ChunkRows(width, chunking.text)
 
 
 async def _run(settings: ServerSettings, source: InputSpec, options: JobOptions) -> JobSummary:

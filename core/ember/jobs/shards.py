@@ -219,15 +219,17 @@ class Dataset:
         table: Any,
         digest: str | None = None,
         errors: Sequence[dict[str, Any]] = (),
+        rows: int | None = None,
     ) -> Shard:
         """Publish ``table`` as the next shard, then record it (with the ``digest`` of its
         input rows): the order that makes a kill between the two leave only a file the next
         run deletes. ``errors``: the dead letters of the shard's refused rows, appended
-        first (the shard covers ``table``'s rows and theirs)."""
+        first. The shard covers ``rows`` input rows (default: ``table``'s rows and the
+        refused ones; a chunked job's table has several rows per input)."""
         shard = Shard(
             shard_name(len(checkpoint.shards)),
             checkpoint.rows_done,
-            table.num_rows + len(errors),
+            table.num_rows + len(errors) if rows is None else rows,
             digest,
             len(errors),
         )

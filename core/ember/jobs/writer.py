@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,10 @@ from ember.jobs.refusals import dead_letters
 from ember.jobs.shards import Checkpoint, Dataset, id_type_of, rows_table
 
 log = logging.getLogger(__name__)
+
+# (ids kept, their values, id type) -> a shard's Arrow table: ``rows_table`` for whole rows
+# (the values an Arrow column), ``jobs.chunked.ChunkRows`` for a chunked job's.
+LayOut = Callable[[Sequence[Any], Any, Any], Any]
 
 
 @dataclass(frozen=True)
@@ -109,15 +113,22 @@ class JobRun:
         return (self.checkpoint.total_rows or 0) - self.checkpoint.rows_done
 
     def write(
-        self, ids: Sequence[Any], embeddings: Any, refused: Sequence[tuple[int, str]] = ()
+        self,
+        ids: Sequence[Any],
+        embeddings: Any,
+        refused: Sequence[tuple[int, str]] = (),
+        lay_out: LayOut = rows_table,
     ) -> None:
         """The next shard: the rows ``ids`` (as ``rows`` gave them), ``embeddings`` the
-        Arrow column of those not ``refused`` ((index in ``ids``, error) each)."""
+        Arrow column of those not ``refused`` ((index in ``ids``, error) each), or what
+        ``lay_out`` takes instead (a chunked job's values: ``jobs.chunked``)."""
         self.id_type = self.id_type or id_type_of(ids[:1000])
         table, errors = shard_parts(
-            ids, embeddings, refused, self.id_type, self.checkpoint.rows_done
+            ids, embeddings, refused, self.id_type, self.checkpoint.rows_done, lay_out
         )
-        self.dataset.write_shard(self.checkpoint, table, self.rows.next_digest(), errors)
+        self.dataset.write_shard(
+            self.checkpoint, table, self.rows.next_digest(), errors, rows=len(ids)
+        )
 
     def finish(self) -> JobSummary:
         """Mark the dataset complete (rows past a resume may have been added meanwhile)."""
@@ -150,12 +161,14 @@ def shard_parts(
     refused: Sequence[tuple[int, str]],
     id_type: Any,
     start: int,
+    lay_out: LayOut = rows_table,
 ) -> tuple[Any, list[dict[str, Any]]]:
-    """A shard's (id, embedding) table and the dead letters of its refused rows, the shard
-    beginning at input row ``start``: the one recipe in-process and Ray workers write by."""
+    """A shard's (id, embedding) table (or ``lay_out``'s) and the dead letters of its
+    refused rows, the shard beginning at input row ``start``: the one recipe in-process and
+    Ray workers write by."""
     gone = {i for i, _ in refused}
     kept = [row_id for i, row_id in enumerate(ids) if i not in gone] if gone else ids
-    return rows_table(kept, embeddings, id_type), dead_letters(ids, start, refused)
+    return lay_out(kept, embeddings, id_type), dead_letters(ids, start, refused)
 
 
 def _id_type(dataset: Dataset, checkpoint: Checkpoint) -> Any:

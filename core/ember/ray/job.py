@@ -118,6 +118,8 @@ def embed_on_ray(
     from ember.families.resolve import resolve_model
 
     began = time.perf_counter()
+    if options.chunking is not None:  # the workers write whole rows (ember.jobs.shards)
+        raise ConfigError("--chunk-tokens runs in-process: leave out --ray")
     _check_rows(source)
     with hold_output(options.output):
         spec = job_settings(settings, options).model_specs()[0]
