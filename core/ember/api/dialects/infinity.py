@@ -18,6 +18,7 @@ from ember.api.dialects import (
     label_rows,
     of,
 )
+from ember.api.dialects.long_rerank import RerankChunk
 from ember.api.dialects.openai import (
     MODALITY_CAPABILITY,
     EmbeddingsResponse,
@@ -57,6 +58,9 @@ class InfinityRerankResult(BaseModel):
     index: int
     relevance_score: float
     document: str | None = Field(description="The document; null without `return_documents`.")
+    chunk: RerankChunk | None = Field(
+        None, description="With `max_tokens_per_doc` / `max_chunks_per_doc`: the best chunk."
+    )
 
 
 class InfinityRerankResponse(cohere.RerankResponse):
@@ -101,8 +105,14 @@ class Rerank(cohere.Rerank):
     without ``return_documents`` (Infinity's clients, LiteLLM's ``infinity/``, read a
     string there)."""
 
-    def result(self, index: int, score: float, text: str | None) -> Any:
-        return of(InfinityRerankResult, index=index, relevance_score=score, document=text)
+    def result(
+        self, index: int, score: float, text: str | None, chunk: RerankChunk | None = None
+    ) -> Any:
+        if chunk is None:
+            return of(InfinityRerankResult, index=index, relevance_score=score, document=text)
+        return of(
+            InfinityRerankResult, index=index, relevance_score=score, document=text, chunk=chunk
+        )
 
     def encode(
         self, body: cohere.RerankRequest, engine: Engine, result: Result

@@ -37,6 +37,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Discriminator, Field, RootModel, Tag
 
 from ember.api.dialects import LabelScore, Translator, as_list, classify_request, label_rows, of
+from ember.api.dialects.long_rerank import LongRerankFields, RerankChunk, chunk_of
 from ember.api.dialects.openai import dense_dimensions
 from ember.api.operations import Reply, check_batch, run
 from ember.api.schemas import (
@@ -90,7 +91,7 @@ class TEIEmbedOutputRequest(_Body):
     model: str | None = None
 
 
-class TEIRerankRequest(_Body):
+class TEIRerankRequest(LongRerankFields):
     """TEI ``POST /rerank``: told apart from Cohere's body by ``texts``."""
 
     query: NonEmptyText
@@ -174,6 +175,9 @@ class TEIRank(BaseModel):
     index: int
     score: float
     text: str | None = Field(None, description="With `return_text`.")
+    chunk: RerankChunk | None = Field(
+        None, description="With `max_tokens_per_doc` / `max_chunks_per_doc`: the best chunk."
+    )
 
 
 class SparseValue(BaseModel):
@@ -343,6 +347,7 @@ class Rerank(Translator[TEIRerankRequest, RerankRequest]):
             truncate=body.truncate,
             instruction=body.instruction,
             scale="probability",
+            **body.chunking(),
         )
 
     def encode(self, body: TEIRerankRequest, engine: Engine, result: Result) -> TEIRerankResponse:
@@ -350,11 +355,13 @@ class Rerank(Translator[TEIRerankRequest, RerankRequest]):
         scores = result.output.values
         ranked = []
         for i in result.output.best_first(body.top_n):
+            fields: dict[str, Any] = {"index": int(i), "score": float(scores[i])}
             if body.return_text:
-                rank = of(TEIRank, index=int(i), score=float(scores[i]), text=body.texts[i])
-            else:
-                rank = of(TEIRank, index=int(i), score=float(scores[i]))
-            ranked.append(rank)
+                fields["text"] = body.texts[i]
+            chunk = chunk_of(result.output, int(i))
+            if chunk is not None:
+                fields["chunk"] = chunk
+            ranked.append(of(TEIRank, **fields))
         return of(TEIRerankResponse, root=ranked)
 
 
