@@ -132,18 +132,18 @@ class LongRerank:
         if refused is not None:
             raise refused
         processor: TextTokenizer = self.processor
-        probe = self.encode(replace(request, truncate=True), [(request.query, "")])
+        probe = replace(request, truncate=True)
 
-        def tokenise() -> tuple[int, list[Tokenised]]:
-            (empty,) = probe()
-            return empty.truncated_from or len(empty), processor.tokenised(list(request.documents))
+        def tokenise() -> tuple[int, int, list[Tokenised]]:
+            beside, most = self._measure(probe, processor)
+            return beside, most, processor.tokenised(list(request.documents))
 
-        beside, docs = await self.prepare.on_pool(tokenise)
-        room = processor.max_length - beside
+        beside, most, docs = await self.prepare.on_pool(tokenise)
+        room = most - beside
         if room < 1:
             raise BadRequest(
-                f"the query takes {beside} of this model's {processor.max_length} tokens with "
-                "its special tokens, leaving none for a document's chunks: shorten it",
+                f"the query takes {beside} of this model's {most} tokens with its special "
+                "tokens, leaving none for a document's chunks: shorten it",
                 param="query",
             )
         size = min(request.max_tokens_per_doc or room, room)
@@ -163,3 +163,17 @@ class LongRerank:
             result.timings.truncated += len(chunked.cut)
             self.truncated(len(chunked.cut))
         return result
+
+    def _measure(self, request: RerankRequest, processor: TextTokenizer) -> tuple[int, int]:
+        """The tokens the query's pair takes with an empty document, and the most a pair
+        keeps (its document longer than the model takes): a chunk gets the difference.
+        Measured, not derived from the model's length: an LLM reranker's prompt cuts the
+        document at its own budget (bge-reranker-v2-gemma's keeps less than its length less
+        the query)."""
+        filler = " ".join(["a"] * processor.max_length)
+        try:
+            empty, full = self.encode(request, [(request.query, ""), (request.query, filler)])()
+        except BadRequest:  # a processor that never cuts (a causal CrossEncoder's template)
+            (empty,) = self.encode(request, [(request.query, "")])()
+            return len(empty), processor.max_length
+        return empty.truncated_from or len(empty), min(len(full), processor.max_length)
