@@ -16,7 +16,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import AliasChoices, BaseModel, Field
@@ -165,11 +165,11 @@ class Score(Translator[ScoreRequest, PairScores]):
         assert isinstance(result.output, Scores)
         data = []
         for i, v in enumerate(result.output.values):
+            fields: dict[str, Any] = {"index": i, "object": "score", "score": float(v)}
             chunk = chunk_of(result.output, i)
-            if chunk is None:
-                data.append(of(ScoreItem, index=i, object="score", score=float(v)))
-            else:
-                data.append(of(ScoreItem, index=i, object="score", score=float(v), chunk=chunk))
+            if chunk is not None:
+                fields["chunk"] = chunk
+            data.append(of(ScoreItem, **fields))
         return of(
             ScoreResponse,
             id=f"score-{uuid.uuid4().hex}",
