@@ -273,6 +273,16 @@ class Scores(OutputValue):
 
 
 @dataclass(frozen=True, slots=True)
+class ChunkedScores(Scores):
+    """Long-document reranking (``ember.engine.long_rerank``): each document's score is its
+    best chunk's; ``best`` is that chunk's index among the document's chunks and ``spans``
+    where it lies in the document."""
+
+    best: Sequence[int] = ()
+    spans: Sequence[Span] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Logits(OutputValue):
     """A classifier's (or a reranker's) logits, one row per input: [n, labels]. Finished
     into ``Scores`` (rerank) or ``Labels`` (classify)."""

@@ -159,6 +159,27 @@ def test_a_model_instruction_is_its_default(server: ServerProcess, models: dict[
     _close(scores_by_index(asked, "relevance_score"), overridden)
 
 
+@pytest.mark.parametrize(("family", "size"), [("gemma", None), ("qwen3", 48)])
+def test_a_long_document_scores_its_best_chunk(
+    server: ServerProcess, models: dict[str, Path], family: str, size: int | None
+) -> None:
+    """max_chunks_per_doc alone cuts chunks of what the prompt keeps beside the query
+    (bge-reranker-v2-gemma's budget, less than its length less the query: none is cut);
+    the document's score is its best chunk's, the family's own score of that text."""
+    long = " ".join([DOCUMENTS[1], DOCUMENTS[4], DOCUMENTS[3]] * 6)
+    body = {"model": family, "query": QUERY, "documents": [long, DOCUMENTS[2]]}
+    body |= {"max_chunks_per_doc": 40, "max_tokens_per_doc": size}
+    with server.client() as client:
+        answer = client.post("/v2/rerank", json=body)
+    assert answer.status_code == 200 and answer.headers["x-ember-truncated"] == "0", answer.text
+    best = next(r for r in answer.json()["results"] if r["index"] == 0)
+    chunk = best["chunk"]
+    assert chunk["char_end"] < len(long) or chunk["index"] > 0  # a chunk, not the document
+    text = long[chunk["char_start"] : chunk["char_end"]]
+    scores, _ = reference_scores(models[family], family, QUERY, [text])
+    _close(np.array([best["relevance_score"]]), scores)
+
+
 @pytest.mark.parametrize(
     ("path", "body"),
     [

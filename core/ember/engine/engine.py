@@ -26,6 +26,7 @@ from ember.engine.batcher import Batcher, padding_budget_for, representative_tok
 from ember.engine.cache import EmbeddingCache, embed_through, model_identity
 from ember.engine.forward import Piece, load_at_priority, run_batch
 from ember.engine.long_inputs import LongInputs
+from ember.engine.long_rerank import LongRerank, Pair
 from ember.engine.prepare import Prepare, Preparer
 from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest
 from ember.engine.result import Result, Timings
@@ -97,6 +98,7 @@ class Engine:
         self._prepare = Preparer(media_budget)
         self.text_inputs: TextInputs | None = None  # set at start
         self.long_inputs: LongInputs | None = None  # set at start
+        self.long_rerank: LongRerank | None = None  # set at start
         self.text_cost = TextCost()  # characters per token, for admission by cost
         self.ready = False
         self.load_seconds = 0.0
@@ -166,6 +168,14 @@ class Engine:
         self.batcher.start()
         self.long_inputs = LongInputs(
             model, self.processor, self.text_inputs, self.heads, self._prepare, self._run
+        )
+        self.long_rerank = LongRerank(
+            model,
+            self.processor,
+            self._prepare,
+            self._pair_encoder,
+            self._scored,
+            self.metrics.truncated_inputs.labels(model.served_name).inc,
         )
         self.load_seconds = time.perf_counter() - started
         await self._warm_up()
@@ -315,14 +325,19 @@ class Engine:
 
     async def rerank(self, request: RerankRequest) -> Result:
         """One score per document: a cross-encoder's or an LLM reranker's (its activation
-        unless raw), or MaxSim's."""
-        model = self._loaded()
+        unless raw), or MaxSim's; with ``max_tokens_per_doc`` or ``max_chunks_per_doc``, its
+        best chunk's (``ember.engine.long_rerank``)."""
+        self._loaded()
         processor = self.processor
         assert processor is not None
         query, modality, truncate = request.query, request.modality, request.truncate
         scoring = self.family.require_scoring(self.name)
         if request.instruction is not None:
             self.family.require_instruction(self.name)
+        if request.chunked:
+            assert self.long_rerank is not None
+            result = await self.long_rerank.rerank(request, scoring)
+            return _served(len(request.documents), result)
         if scoring == "maxsim":
             docs = list(request.documents)
             if modality != "text":
@@ -350,17 +365,31 @@ class Engine:
         if modality != "text":
             self.family.require_modality(modality, self.name)
         pairs = [(query, doc) for doc in request.documents]
-        encode = partial(processor.encode_pairs, pairs, truncate=truncate)
-        if request.instruction is not None:  # an instructed family's processor takes it
+        return _served(len(pairs), await self._scored(request, pairs))
+
+    def _pair_encoder(self, request: RerankRequest, pairs: list[Pair]) -> Callable[[], list]:
+        """Tokenising ``pairs`` as ``request`` asks: its truncation, and its instruction
+        (an instructed family's processor takes it)."""
+        assert self.processor is not None
+        encode = partial(self.processor.encode_pairs, pairs, truncate=request.truncate)
+        if request.instruction is not None:
             encode = partial(encode, instruction=request.instruction)
-        pair_sizes = [len(query) + len(doc) for doc in request.documents]
+        return encode
+
+    async def _scored(self, request: RerankRequest, pairs: list[Pair]) -> Result:
+        """``pairs`` scored by a cross-encoder or an LLM reranker: its activation unless raw."""
+        model = self._loaded()
+        pair_sizes = [len(query) + len(doc) for query, doc in pairs]
         rows, result = await self._run(
-            self._prepare.tokenizing(encode, sum(pair_sizes)), Logits.kind, len(pairs), pair_sizes
+            self._prepare.tokenizing(self._pair_encoder(request, pairs), sum(pair_sizes)),
+            Logits.kind,
+            len(pairs),
+            pair_sizes,
         )
         activation = served_activation(model.rerank_activation, self.family.backbone, request.scale)
         raw = request.raw_scores or activation == "none"
         result.output = Logits.from_rows(rows).scores(raw=raw)
-        return _served(len(pairs), result)
+        return result
 
     async def classify(self, request: ClassifyRequest) -> tuple[list[list[dict]], Result]:
         """Every label's score per text, best first (``result.output``: the ``Labels``)."""

@@ -105,7 +105,10 @@ class RerankRequest:
     """One score per document against ``query``: ``raw_scores`` skips the activation,
     ``modality`` says what the documents are (page images for ColPali; the query is text),
     ``instruction`` replaces an LLM reranker's own, ``scale`` is the caller's dialect
-    (``served_activation``)."""
+    (``served_activation``). ``max_tokens_per_doc`` / ``max_chunks_per_doc`` (Cohere's
+    names, either one): each document cut into chunks of at most that many of its own
+    tokens (None: what fits beside the query), at most that many chunks, its score the best
+    chunk's (``ember.engine.long_rerank``)."""
 
     query: str
     documents: Sequence[str]
@@ -114,6 +117,19 @@ class RerankRequest:
     modality: Modality = "text"
     instruction: str | None = None
     scale: RerankScale = "saved"
+    max_tokens_per_doc: int | None = None
+    max_chunks_per_doc: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens_per_doc", "max_chunks_per_doc"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise BadRequest(f"{name} must be at least 1, got {value}", param=name)
+
+    @property
+    def chunked(self) -> bool:
+        """Whether long documents are scored by their chunks."""
+        return self.max_tokens_per_doc is not None or self.max_chunks_per_doc is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ember.api.dialects import Translator, Usage, of, usage
 from ember.api.dialects.long_documents import LongDocumentFields, long_document_options
+from ember.api.dialects.long_rerank import LongRerankFields, RerankChunk, chunk_of
 from ember.api.schemas import INSTRUCTION, NonEmptyText, PositiveInt, StrictBool, _Body
 from ember.capabilities import Capability, Modality
 from ember.engine import Engine, Result
@@ -345,7 +346,7 @@ class RerankDocument(_Body):
     text: NonEmptyText
 
 
-class RerankRequest(_Body):
+class RerankRequest(LongRerankFields):
     """Cohere's ``POST /v1/rerank`` and ``/v2/rerank`` body, and Infinity's ``/rerank``."""
 
     query: NonEmptyText
@@ -371,6 +372,9 @@ class RerankResult(BaseModel):
     index: int
     relevance_score: float
     document: RerankDocumentOut | None = Field(None, description="With `return_documents`.")
+    chunk: RerankChunk | None = Field(
+        None, description="With `max_tokens_per_doc` / `max_chunks_per_doc`: the best chunk."
+    )
 
 
 class RerankResponse(BaseModel):
@@ -417,14 +421,20 @@ class Rerank(Translator[RerankRequest, RerankCall]):
             modality=body.modality,
             instruction=body.instruction,
             scale="probability",
+            **body.chunking(),
         )
 
-    def result(self, index: int, score: float, text: str | None) -> Any:
-        """One result; its document's text there only when asked for (``text`` not None)."""
-        if text is None:
-            return of(RerankResult, index=index, relevance_score=score)
-        document = of(RerankDocumentOut, text=text)
-        return of(RerankResult, index=index, relevance_score=score, document=document)
+    def result(
+        self, index: int, score: float, text: str | None, chunk: RerankChunk | None = None
+    ) -> Any:
+        """One result; its document's text there only when asked for (``text`` not None),
+        its best chunk only when the documents were chunked."""
+        fields: dict[str, Any] = {"index": index, "relevance_score": score}
+        if text is not None:
+            fields["document"] = of(RerankDocumentOut, text=text)
+        if chunk is not None:
+            fields["chunk"] = chunk
+        return of(RerankResult, **fields)
 
     def ranked(self, body: RerankRequest, result: Result) -> list[Any]:
         """The best ``top_n`` results, best first."""
@@ -432,7 +442,12 @@ class Rerank(Translator[RerankRequest, RerankCall]):
         scores: Sequence[float] = result.output.values
         docs = documents(body) if body.return_documents else None
         return [
-            self.result(int(i), float(scores[i]), docs[i] if docs is not None else None)
+            self.result(
+                int(i),
+                float(scores[i]),
+                docs[i] if docs is not None else None,
+                chunk_of(result.output, int(i)),
+            )
             for i in result.output.best_first(body.top_n)
         ]
 

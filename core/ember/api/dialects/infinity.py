@@ -19,6 +19,7 @@ from ember.api.dialects import (
     of,
 )
 from ember.api.dialects.long_documents import LongDocumentFields, long_document_options
+from ember.api.dialects.long_rerank import RerankChunk
 from ember.api.dialects.openai import (
     MODALITY_CAPABILITY,
     EmbeddingsResponse,
@@ -59,6 +60,9 @@ class InfinityRerankResult(BaseModel):
     index: int
     relevance_score: float
     document: str | None = Field(description="The document; null without `return_documents`.")
+    chunk: RerankChunk | None = Field(
+        None, description="With `max_tokens_per_doc` / `max_chunks_per_doc`: the best chunk."
+    )
 
 
 class InfinityRerankResponse(cohere.RerankResponse):
@@ -108,8 +112,14 @@ class Rerank(cohere.Rerank):
     without ``return_documents`` (Infinity's clients, LiteLLM's ``infinity/``, read a
     string there)."""
 
-    def result(self, index: int, score: float, text: str | None) -> Any:
-        return of(InfinityRerankResult, index=index, relevance_score=score, document=text)
+    def result(
+        self, index: int, score: float, text: str | None, chunk: RerankChunk | None = None
+    ) -> Any:
+        if chunk is None:
+            return of(InfinityRerankResult, index=index, relevance_score=score, document=text)
+        return of(
+            InfinityRerankResult, index=index, relevance_score=score, document=text, chunk=chunk
+        )
 
     def encode(
         self, body: cohere.RerankRequest, engine: Engine, result: Result

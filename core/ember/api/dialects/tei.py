@@ -44,6 +44,7 @@ from ember.api.dialects.long_documents import (
     document_vectors,
     long_document_options,
 )
+from ember.api.dialects.long_rerank import LongRerankFields, RerankChunk, chunk_of
 from ember.api.dialects.openai import dense_dimensions
 from ember.api.operations import Reply, check_batch, run
 from ember.api.schemas import (
@@ -98,7 +99,7 @@ class TEIEmbedOutputRequest(LongDocumentFields):
     model: str | None = None
 
 
-class TEIRerankRequest(_Body):
+class TEIRerankRequest(LongRerankFields):
     """TEI ``POST /rerank``: told apart from Cohere's body by ``texts``."""
 
     query: NonEmptyText
@@ -182,6 +183,9 @@ class TEIRank(BaseModel):
     index: int
     score: float
     text: str | None = Field(None, description="With `return_text`.")
+    chunk: RerankChunk | None = Field(
+        None, description="With `max_tokens_per_doc` / `max_chunks_per_doc`: the best chunk."
+    )
 
 
 class SparseValue(BaseModel):
@@ -379,6 +383,7 @@ class Rerank(Translator[TEIRerankRequest, RerankRequest]):
             truncate=body.truncate,
             instruction=body.instruction,
             scale="probability",
+            **body.chunking(),
         )
 
     def encode(self, body: TEIRerankRequest, engine: Engine, result: Result) -> TEIRerankResponse:
@@ -386,11 +391,13 @@ class Rerank(Translator[TEIRerankRequest, RerankRequest]):
         scores = result.output.values
         ranked = []
         for i in result.output.best_first(body.top_n):
+            fields: dict[str, Any] = {"index": int(i), "score": float(scores[i])}
             if body.return_text:
-                rank = of(TEIRank, index=int(i), score=float(scores[i]), text=body.texts[i])
-            else:
-                rank = of(TEIRank, index=int(i), score=float(scores[i]))
-            ranked.append(rank)
+                fields["text"] = body.texts[i]
+            chunk = chunk_of(result.output, int(i))
+            if chunk is not None:
+                fields["chunk"] = chunk
+            ranked.append(of(TEIRank, **fields))
         return of(TEIRerankResponse, root=ranked)
 
 

@@ -16,22 +16,24 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import AliasChoices, BaseModel, Field
 
 from ember.api import schemas as s
 from ember.api.dialects import Translator, Usage, of, usage
+from ember.api.dialects.long_rerank import LongRerankFields, RerankChunk, chunk_of
+from ember.chunking import Span
 from ember.engine import Engine, Result, Timings
 from ember.engine.requests import EmbedRequest, RerankRequest
 from ember.errors import BadRequest
-from ember.outputs import DenseVectors, Scores, is_dense
+from ember.outputs import ChunkedScores, DenseVectors, Scores, is_dense
 
 ScoreInput = s.NonEmptyText | Annotated[list[s.NonEmptyText], Field(min_length=1)]
 
 
-class ScoreRequest(s._Body):
+class ScoreRequest(LongRerankFields):
     """vLLM ``POST /score``."""
 
     model: str | None = None
@@ -56,6 +58,10 @@ class ScoreItem(BaseModel):
     index: int
     object: Literal["score"]
     score: float
+    chunk: RerankChunk | None = Field(
+        None,
+        description="With `max_tokens_per_doc` / `max_chunks_per_doc`: text_2's best chunk.",
+    )
 
 
 class ScoreResponse(BaseModel):
@@ -116,6 +122,12 @@ class Score(Translator[ScoreRequest, PairScores]):
             and not engine.family.does("rerank")
             and is_dense(engine.family.embedding)
         ):  # a dense model's cosine of each pair, every distinct text embedded once
+            if body.max_tokens_per_doc is not None or body.max_chunks_per_doc is not None:
+                raise BadRequest(
+                    f"max_tokens_per_doc and max_chunks_per_doc score a reranker's chunks; "
+                    f"model {engine.name!r} scores pairs by the cosine of whole embeddings",
+                    param="max_tokens_per_doc",
+                )
             distinct = list(dict.fromkeys([*firsts, *seconds]))
             row = {text: i for i, text in enumerate(distinct)}
             return PairScores(
@@ -128,8 +140,9 @@ class Score(Translator[ScoreRequest, PairScores]):
         for i, first in enumerate(firsts):
             groups.setdefault(first, []).append(i)
         raw = body.use_activation is False
+        chunking = body.chunking()
         reranks = tuple(
-            (RerankRequest(first, [seconds[i] for i in where], raw_scores=raw), where)
+            (RerankRequest(first, [seconds[i] for i in where], raw_scores=raw, **chunking), where)
             for first, where in groups.items()
         )
         return PairScores(reranks=reranks, pairs=len(firsts))
@@ -146,14 +159,17 @@ class Score(Translator[ScoreRequest, PairScores]):
         scores = np.empty(request.pairs, dtype=np.float64)
         for (_, where), result in zip(request.reranks, results, strict=True):
             scores[where] = result.outputs
-        return _merged(results, Scores(scores))
+        return _merged(results, _in_pair_order(request, results, scores))
 
     def encode(self, body: ScoreRequest, engine: Engine, result: Result) -> ScoreResponse:
         assert isinstance(result.output, Scores)
-        data = [
-            of(ScoreItem, index=i, object="score", score=float(v))
-            for i, v in enumerate(result.output.values)
-        ]
+        data = []
+        for i, v in enumerate(result.output.values):
+            fields: dict[str, Any] = {"index": i, "object": "score", "score": float(v)}
+            chunk = chunk_of(result.output, i)
+            if chunk is not None:
+                fields["chunk"] = chunk
+            data.append(of(ScoreItem, **fields))
         return of(
             ScoreResponse,
             id=f"score-{uuid.uuid4().hex}",
@@ -165,12 +181,28 @@ class Score(Translator[ScoreRequest, PairScores]):
         )
 
 
+def _in_pair_order(request: PairScores, results: list[Result], scores: np.ndarray) -> Scores:
+    """The rerank calls' scores in pair order, with each pair's best chunk when chunked."""
+    if not all(isinstance(r.output, ChunkedScores) for r in results):
+        return Scores(scores)
+    chunks: dict[int, tuple[int, Span]] = {}
+    for (_, where), result in zip(request.reranks, results, strict=True):
+        output = result.output
+        assert isinstance(output, ChunkedScores)
+        for k, i in enumerate(where):
+            chunks[i] = (output.best[k], output.spans[k])
+    pairs = range(request.pairs)
+    return ChunkedScores(scores, [chunks[i][0] for i in pairs], [chunks[i][1] for i in pairs])
+
+
 def _merged(results: list[Result], output: Scores) -> Result:
-    """Calls that ran at once: their tokens add up, each stage took the longest one's time."""
+    """Calls that ran at once: their tokens and cut inputs add up, each stage took the
+    longest one's time."""
     timings = Timings(
         tokenize=max(r.timings.tokenize for r in results),
         queue=max(r.timings.queue for r in results),
         forward=max(r.timings.forward for r in results),
+        truncated=sum(r.timings.truncated for r in results),
     )
     return Result(output, sum(r.prompt_tokens for r in results), timings)
 
