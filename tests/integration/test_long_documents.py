@@ -283,3 +283,34 @@ def test_truncation_leaves_a_trace(server: ServerProcess) -> None:
     assert whole.headers["x-ember-truncated"] == "0"
     assert refused.status_code == 400 and "maximum" in refused.json()["error"]["message"]
     assert 'ember_truncated_inputs_total{model="minilm"}' in metrics
+
+
+def test_the_python_api_chunks_as_the_routes_do(
+    server: ServerProcess, minilm_path: Path, tiny_reranker_path: Path
+) -> None:
+    from ember.chunking import Chunking
+    from ember.engine import SyncEngineArray
+
+    doc = _doc(2)
+    routed = _embed(server, input=doc, chunking={"size": 30, "overlap": 5})["data"][0]
+    with server.client() as client:
+        ranked = client.post(
+            "/v2/rerank",
+            json={"model": "reranker", "query": "capital of Japan", "documents": [doc]}
+            | {"max_tokens_per_doc": 40},
+        ).json()["results"][0]
+    with SyncEngineArray(
+        model_id=[str(minilm_path), str(tiny_reranker_path)],
+        served_model_name=["minilm", "reranker"],
+        dtype="float32",
+    ) as ember:
+        out = ember.embed_chunks([doc], Chunking(size=30, overlap=5), model="minilm")
+        scores = ember.rerank_chunks("capital of Japan", [doc], max_tokens_per_doc=40)
+        plain = ember.rerank("capital of Japan", [doc], max_tokens_per_doc=40)
+    spans = [(c["char_start"], c["char_end"]) for c in routed["chunks"]]
+    assert [(s.char_start, s.char_end) for s in out.spans[0]] == spans
+    assert _cos(out.documents[0], np.array(routed["embedding"]))[0] >= 0.9999
+    assert abs(scores.values[0] - ranked["relevance_score"]) < 1e-4 and plain == [
+        float(scores.values[0])
+    ]
+    assert scores.best[0] == ranked["chunk"]["index"]

@@ -11,10 +11,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ember.chunking import Chunking
 from ember.config import ServerSettings, settings_from_env
 from ember.engine.array import EngineArray
 from ember.engine.loop import EngineLoop
 from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest
+from ember.outputs import ChunkedScores, ChunkedVectors
 
 T = TypeVar("T")
 
@@ -47,6 +49,23 @@ class SyncEngineArray:
         engine = self.engines.for_task(model, "embed")
         return self._call(engine.embed(EmbedRequest(list(texts), **options))).outputs
 
+    def embed_chunks(
+        self,
+        texts: Sequence[str],
+        chunking: Chunking | None = None,
+        *,
+        model: str | None = None,
+        **options: Any,
+    ) -> ChunkedVectors:
+        """Each text cut into chunks (``Chunking()``: at the model's length) and embedded:
+        the chunks' vectors with their offsets (``spans``) and each text's aggregate
+        (``documents``), as the routes' ``chunking`` field gives them."""
+        engine = self.engines.for_task(model, "embed")
+        request = EmbedRequest(list(texts), chunking=chunking or Chunking(), **options)
+        output = self._call(engine.embed(request)).output
+        assert isinstance(output, ChunkedVectors)
+        return output
+
     def rerank(
         self,
         query: str,
@@ -54,13 +73,57 @@ class SyncEngineArray:
         *,
         model: str | None = None,
         raw_scores: bool = False,
+        max_tokens_per_doc: int | None = None,
+        max_chunks_per_doc: int | None = None,
     ) -> list[float]:
-        """One relevance score per document, in the documents' order."""
-        engine = self.engines.for_task(model, "rerank")
-        result = self._call(
-            engine.rerank(RerankRequest(query, list(documents), raw_scores=raw_scores))
+        """One relevance score per document, in the documents' order; with
+        ``max_tokens_per_doc`` or ``max_chunks_per_doc``, each document's best chunk's
+        (``rerank_chunks`` says which chunk)."""
+        return [
+            float(s)
+            for s in self._rerank(
+                query, documents, model, raw_scores, max_tokens_per_doc, max_chunks_per_doc
+            ).values
+        ]
+
+    def rerank_chunks(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        model: str | None = None,
+        raw_scores: bool = False,
+        max_tokens_per_doc: int | None = None,
+        max_chunks_per_doc: int | None = None,
+    ) -> ChunkedScores:
+        """Long documents reranked by their best chunk: each score with that chunk's
+        index and offsets."""
+        if max_tokens_per_doc is None and max_chunks_per_doc is None:
+            raise ValueError("rerank_chunks needs max_tokens_per_doc or max_chunks_per_doc")
+        scores = self._rerank(
+            query, documents, model, raw_scores, max_tokens_per_doc, max_chunks_per_doc
         )
-        return [float(s) for s in result.outputs]
+        assert isinstance(scores, ChunkedScores)
+        return scores
+
+    def _rerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        model: str | None,
+        raw_scores: bool,
+        max_tokens_per_doc: int | None,
+        max_chunks_per_doc: int | None,
+    ) -> Any:
+        engine = self.engines.for_task(model, "rerank")
+        request = RerankRequest(
+            query,
+            list(documents),
+            raw_scores=raw_scores,
+            max_tokens_per_doc=max_tokens_per_doc,
+            max_chunks_per_doc=max_chunks_per_doc,
+        )
+        return self._call(engine.rerank(request)).output
 
     def classify(
         self, texts: Sequence[str], *, model: str | None = None, raw_scores: bool = False
