@@ -32,6 +32,7 @@ from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest
 from ember.engine.result import Result, Timings
 from ember.engine.start_failure import start_failure
 from ember.engine.text_inputs import TextInputs
+from ember.engine.warm_up import warm_up
 from ember.errors import BadRequest, ConfigError, EmberError, NotReady, RequestTimeout
 from ember.families.base import Family
 from ember.families.resolve import resolve_model
@@ -41,23 +42,10 @@ from ember.media.budget import MediaBudget
 from ember.metrics import Metrics
 from ember.models.score_activation import served_activation
 from ember.models.spec import ModelSpec, ResolvedModel
-from ember.outputs import Logits, MultiVectors, embeds, output_type
+from ember.outputs import Logits, MultiVectors, output_type
 from ember.processors import TextProcessor, build_processor
 
 log = logging.getLogger(__name__)
-
-
-# Tokens per input of the CPU warm-up batch, the model's max length if shorter: long
-# inputs, since a request that alone may miss its deadline is mostly long texts, and their
-# tokens cost more each than short ones' (MiniLM on 2 cores: 256-token texts ran at 0.8x
-# the tokens/s of 16-token ones).
-CPU_WARM_UP_LENGTH = 512
-# The CPU warm-up's first, unmeasured pass per forward thread: a few tokens (see _warm_up).
-CPU_COLD_PASS_LENGTH = 16
-# What each model embeds, reranks or classifies as its first request: ordinary English, so
-# that the characters per token measured from it (``TextCost``) price the first requests
-# that follow about right, as "warm-up" (1.4 characters a token) did not.
-WARM_UP_TEXT = "A short sentence of ordinary English that warms the model up before it serves."
 
 
 def _served(inputs: int, result: Result) -> Result:
@@ -178,7 +166,7 @@ class Engine:
             self.metrics.truncated_inputs.labels(model.served_name).inc,
         )
         self.load_seconds = time.perf_counter() - started
-        await self._warm_up()
+        self.warmup_seconds = await warm_up(self)
         self.ready = True
         log.info(
             "model %s ready: family=%s backend=%s device=%s dtype=%s forwards=%d "
@@ -192,51 +180,6 @@ class Engine:
             self.load_seconds,
             self.warmup_seconds,
         )
-
-    async def _warm_up(self) -> None:
-        """One batch per forward worker, then one real request per head.
-
-        On an accelerator the batch has the largest shape the batcher can form, so running
-        out of device memory shows at start, not under load. On CPU memory grows on demand
-        and kernels are not shape-specialised, and a largest-shape batch was 80% of the
-        cold start (4.4 of 5.5 s for MiniLM on ct2), so one batch of a few hundred tokens
-        warms the threads. The batch runs after a cold pass (on CPU a short one); that second,
-        warm, run is the first measured rate admission prices a request's own cost at (a
-        cold server admits any size).
-        """
-        assert self.batcher and self.processor and self.backend
-        started = time.perf_counter()
-        length = self.processor.max_length
-        count = max(1, min(self.batcher.max_batch_size, self.spec.max_batch_tokens // length))
-        if self.backend.info.device == "cpu":
-            length = min(length, CPU_WARM_UP_LENGTH)
-            wanted = -(-self.batcher.representative_tokens // length)
-            count = max(1, min(self.batcher.max_batch_size, wanted))
-        outputs = self.family.outputs
-        largest = [Piece(self.processor.filler(length), outputs[0])] * count
-        first = largest
-        if self.backend.info.device == "cpu":
-            # The cold pass only starts threads and allocates: a short one does that on CPU,
-            # where kernels are not shape-specialised (two full passes were 0.45-0.55 s of
-            # the slim image's ~3 s to ready on a 2-core host).
-            first = [Piece(self.processor.filler(CPU_COLD_PASS_LENGTH), outputs[0])]
-        # Once per forward worker at the same time, so every worker thread is warm too.
-        for batch, measure in ((first, False), (largest, True)):
-            await asyncio.gather(
-                *(self.batcher.run_direct(batch, measure) for _ in range(self.batcher.workers))
-            )
-        for output in outputs:
-            if embeds(output):
-                warm = EmbedRequest([WARM_UP_TEXT], output=output)  # not cached, not counted
-                await self._embed(warm.validated(self._loaded(), self.name))
-        for modality in self.family.modalities[1:]:  # each media tower once, decoded inputs
-            item = self.processor.warm_up_item(modality)  # type: ignore[attr-defined]
-            await self.batcher.run_direct([Piece(item, outputs[0])])
-        if self.family.scoring is not None:
-            await self.rerank(RerankRequest(WARM_UP_TEXT, [WARM_UP_TEXT]))
-        if self.family.classifies:
-            await self.classify(ClassifyRequest([WARM_UP_TEXT]))
-        self.warmup_seconds = time.perf_counter() - started
 
     async def stop(self) -> None:
         self.ready = False
@@ -290,6 +233,10 @@ class Engine:
             lambda items: self._embed(replace(request, inputs=items)),
         )
         return _served(len(inputs), result)
+
+    async def embed_uncounted(self, request: EmbedRequest) -> Result:
+        """``request`` computed, neither cached nor charged to a caller (the warm-up's)."""
+        return await self._embed(request.validated(self._loaded(), self.name))
 
     async def _embed(self, request: EmbedRequest) -> Result:
         """``embed`` of a validated request, computing every input."""
