@@ -219,13 +219,34 @@ class EmberApp(FastAPI):
             return _load_failed(self.state.load_error)
         engines: EngineArray = self.state.engines
         if not engines.ready:
+            pinned = [s.engine for s in engines.residency.slots if s.pinned]
             loading = [
-                e.name or e.spec.model_id or DEFAULT_MODEL_NAME for e in engines if not e.ready
+                e.name or e.spec.model_id or DEFAULT_MODEL_NAME for e in pinned if not e.ready
             ]
             return error_response(
                 503, error_body(f"loading: {', '.join(loading)}", "service_unavailable", 503)
             )
         return _json(ReadyResponse(status="ready", models=engines.names))
+
+
+class ModelAction(BaseModel):
+    """llama.cpp's ``POST /models/load`` and ``/models/unload`` body."""
+
+    model: str = Field(description="The served model's name.")
+
+
+class ModelActionResponse(BaseModel):
+    success: bool = Field(description="llama.cpp's answer: true once done.")
+    model: str
+    status: Literal["loaded", "loading", "unloaded", "failed"]
+
+
+def _refreeze() -> None:
+    """After a model unloads at run time: what was frozen goes back to the collector (the
+    unloaded model's cycles among it), then what lives, models loaded since included, is
+    frozen again."""
+    gc.unfreeze()
+    _freeze_loaded_objects()
 
 
 def _json(body: BaseModel, status: int = 200) -> Response:
@@ -249,6 +270,7 @@ def create_app(
     settings = settings or settings_from_env()
     tracing.configure(otlp_export(settings))
     engines = engines or EngineArray.from_settings(settings)
+    engines.residency.settle = _refreeze
     keys = key_store(engines.metrics, settings.api_keys_file, settings.api_key)
 
     @asynccontextmanager
@@ -387,6 +409,28 @@ def create_app(
     )
     async def admin_usage() -> UsageReport:
         return keys.report() if keys is not None else UsageReport(keys={})
+
+    @app.post(
+        "/models/load",
+        tags=["Operations"],
+        summary="Load a model now (llama.cpp's route; needs an admin key from --api-keys-file)",
+        responses=error_responses((400, 401, 403, 503)),
+        **answered,
+    )
+    async def models_load(body: ModelAction) -> ModelActionResponse:
+        slot = await engines.residency.load(body.model)
+        return ModelActionResponse(success=True, model=slot.name, status=slot.status)
+
+    @app.post(
+        "/models/unload",
+        tags=["Operations"],
+        summary="Unload an unpinned model now (llama.cpp's route; needs an admin key)",
+        responses=error_responses((400, 401, 403, 503)),
+        **answered,
+    )
+    async def models_unload(body: ModelAction) -> ModelActionResponse:
+        slot = await engines.residency.unload(body.model)
+        return ModelActionResponse(success=True, model=slot.name, status=slot.status)
 
     @app.get(
         "/",
