@@ -414,7 +414,7 @@ def create_app(
         "/models/load",
         tags=["Operations"],
         summary="Load a model now (llama.cpp's route; needs an admin key from --api-keys-file)",
-        responses=error_responses((400, 401, 403, 503)),
+        responses=error_responses((400, 401, 403, 422, 503)),
         **answered,
     )
     async def models_load(body: ModelAction) -> ModelActionResponse:
@@ -425,7 +425,7 @@ def create_app(
         "/models/unload",
         tags=["Operations"],
         summary="Unload an unpinned model now (llama.cpp's route; needs an admin key)",
-        responses=error_responses((400, 401, 403, 503)),
+        responses=error_responses((400, 401, 403, 422, 503)),
         **answered,
     )
     async def models_unload(body: ModelAction) -> ModelActionResponse:
