@@ -268,3 +268,15 @@ def test_models_list_and_the_admin_routes(client: TestClient) -> None:
     metrics = client.get("/metrics").text
     assert 'ember_model_loads_total{model="classifier",outcome="ok"} 1.0' in metrics
     assert 'ember_model_evictions_total{model="reranker",reason="room"} 1.0' in metrics
+
+
+def test_the_python_api_loads_a_catalogue_model_on_its_first_call(models_dir: Path) -> None:
+    from ember.engine import SyncEngineArray
+
+    with SyncEngineArray(
+        models_dir=str(models_dir), backend="onnx", dtype="float32", device="cpu"
+    ) as ember:
+        assert ember.engines.residency.named("reranker").status == "unloaded"  # type: ignore[union-attr]
+        scores = ember.rerank("a query", ["one", "two"], model="reranker")
+        assert len(scores) == 2
+        assert ember.engines.residency.named("reranker").status == "loaded"  # type: ignore[union-attr]

@@ -192,7 +192,7 @@ class Residency:
             if not slot.residence.eager:
                 continue
             try:
-                await self._wait_loaded(slot)
+                await self._wait_loaded(slot, None)  # as long as it takes (a download)
             except EmberError as exc:
                 if slot.pinned:
                     raise
@@ -275,19 +275,21 @@ class Residency:
         self._changed = asyncio.Event()
 
     # ---- loading -------------------------------------------------------------------------
-    async def _wait_loaded(self, slot: Slot) -> None:
-        """Start ``slot``'s load unless one runs; wait for it up to --load-timeout."""
+    async def _wait_loaded(self, slot: Slot, timeout: float | None = -1.0) -> None:
+        """Start ``slot``'s load unless one runs; wait for it up to ``timeout`` seconds
+        (default --load-timeout; None: no bound)."""
         if slot.status == "loaded":
             return
         if slot.loader is None or slot.loader.done():
             slot.loader = asyncio.ensure_future(self._load(slot))
             slot.loader.add_done_callback(_retrieved)
-        timeout = self.limits.load_timeout
+        if timeout is not None and timeout < 0:
+            timeout = self.limits.load_timeout
         try:
             await asyncio.wait_for(asyncio.shield(slot.loader), timeout)
         except asyncio.TimeoutError:
             raise Unavailable(
-                f"model {slot.name!r} did not load within --load-timeout {timeout:g}s; retry"
+                f"model {slot.name!r} did not load within --load-timeout {timeout}s; retry"
             ) from None
 
     async def _load(self, slot: Slot) -> None:

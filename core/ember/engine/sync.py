@@ -6,13 +6,15 @@ and waited for, so a script with no event loop of its own can embed and rerank.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
+from ember.capabilities import Capability
 from ember.config import ServerSettings, settings_from_env
 from ember.engine.array import EngineArray
+from ember.engine.engine import Engine
 from ember.engine.loop import EngineLoop
 from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest
 
@@ -44,8 +46,8 @@ class SyncEngineArray:
     ) -> np.ndarray:
         """Vectors as float32 [n, dims], normalised when the model says so; ``options``
         are ``EmbedRequest``'s fields (``output``, ``prompt_name``, ``modality``, ...)."""
-        engine = self.engines.for_task(model, "embed")
-        return self._call(engine.embed(EmbedRequest(list(texts), **options))).outputs
+        request = EmbedRequest(list(texts), **options)
+        return self._serve(model, "embed", lambda e: e.embed(request)).outputs
 
     def rerank(
         self,
@@ -56,18 +58,26 @@ class SyncEngineArray:
         raw_scores: bool = False,
     ) -> list[float]:
         """One relevance score per document, in the documents' order."""
-        engine = self.engines.for_task(model, "rerank")
-        result = self._call(
-            engine.rerank(RerankRequest(query, list(documents), raw_scores=raw_scores))
-        )
+        request = RerankRequest(query, list(documents), raw_scores=raw_scores)
+        result = self._serve(model, "rerank", lambda e: e.rerank(request))
         return [float(s) for s in result.outputs]
 
     def classify(
         self, texts: Sequence[str], *, model: str | None = None, raw_scores: bool = False
     ) -> list[list[dict]]:
-        engine = self.engines.for_task(model, "classify")
-        labels, _ = self._call(engine.classify(ClassifyRequest(list(texts), raw_scores=raw_scores)))
+        request = ClassifyRequest(list(texts), raw_scores=raw_scores)
+        labels, _ = self._serve(model, "classify", lambda e: e.classify(request))
         return labels
+
+    def _serve(self, model: str | None, task: Capability, call: Callable[[Engine], Any]) -> Any:
+        """``call`` on the model's engine, loaded first if it loads on demand."""
+        engine = self.engines.for_task(model, task)
+
+        async def served() -> Any:
+            async with self.engines.serving(engine) as loaded:
+                return await call(loaded)
+
+        return self._call(served())
 
     def close(self) -> None:
         if self.loop.loop.is_running():
