@@ -422,7 +422,9 @@ class ServerSettings(BaseSettings):
         if self.models_dir:
             entries.update({e.name: e for e in read_models_dir(Path(self.models_dir), idle)})
         if self.models_file:
-            entries.update({e.name: e for e in read_models_file(Path(self.models_file), idle)})
+            options = tuple(f for f in PER_MODEL_FIELDS if f != "served_model_name")
+            path = Path(self.models_file)
+            entries.update({e.name: e for e in read_models_file(path, idle, options)})
         return list(entries.values())
 
     def residency_limits(self) -> ResidencyLimits:

@@ -53,15 +53,13 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+# Every model here: the exact path on one forward thread, a small warm-up batch.
+SERVING = dict(backend="onnx", dtype="float32", device="cpu", max_batch_tokens="1024")
+
+
 def _array(models_dir: Path, **options: object) -> EngineArray:
     settings = settings_from_env(
-        models_dir=str(models_dir),
-        backend="onnx",
-        dtype="float32",
-        device="cpu",
-        max_batch_tokens="1024",
-        forward_workers=1,
-        **options,
+        models_dir=str(models_dir), forward_workers=1, **SERVING, **options
     )
     return EngineArray.from_settings(settings)
 
@@ -128,13 +126,7 @@ def test_evictions_under_load_fail_nothing_keep_the_budget_and_the_pin(
     async def run() -> tuple[list[str], int]:
         engines = EngineArray.from_settings(
             settings_from_env(
-                models_file=str(catalogue),
-                memory_budget=str(budget),
-                backend="onnx",
-                dtype="float32",
-                device="cpu",
-                max_batch_tokens="1024",
-                forward_workers=1,
+                models_file=str(catalogue), memory_budget=str(budget), forward_workers=1, **SERVING
             )
         )
         residency = engines.residency
@@ -214,11 +206,8 @@ def client(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     settings = settings_from_env(
         api_keys_file=str(keys),
         models_file=str(catalogue),
-        backend="onnx",
-        dtype="float32",
-        device="cpu",
-        max_batch_tokens="1024",
         max_loaded=2,
+        **SERVING,
     )
     headers = {"Authorization": f"Bearer {ADMIN}"}
     with TestClient(create_app(settings), headers=headers) as test_client:
@@ -273,9 +262,7 @@ def test_models_list_and_the_admin_routes(client: TestClient) -> None:
 def test_the_python_api_loads_a_catalogue_model_on_its_first_call(models_dir: Path) -> None:
     from ember.engine import SyncEngineArray
 
-    with SyncEngineArray(
-        models_dir=str(models_dir), backend="onnx", dtype="float32", device="cpu"
-    ) as ember:
+    with SyncEngineArray(models_dir=str(models_dir), **SERVING) as ember:
         assert ember.engines.residency.named("reranker").status == "unloaded"  # type: ignore[union-attr]
         scores = ember.rerank("a query", ["one", "two"], model="reranker")
         assert len(scores) == 2

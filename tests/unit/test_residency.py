@@ -134,7 +134,7 @@ def test_a_bad_models_file_says_what_is_wrong(tmp_path: Path) -> None:
     path = tmp_path / "models.toml"
     path.write_text('[models.x]\nmodel_id = "a"\npinned = true\n')
     with pytest.raises(ConfigError, match="unknown keys \\['pinned'\\]"):
-        read_models_file(path, None)
+        read_models_file(path, None, ("model_id",))
     path.write_text('[models.x]\nload = "sometimes"\n')
     with pytest.raises(ConfigError, match="load must be eager or lazy"):
-        read_models_file(path, None)
+        read_models_file(path, None, ("model_id",))

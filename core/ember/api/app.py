@@ -49,6 +49,7 @@ from ember.api.tracing import traced_requests
 from ember.config import ServerSettings, otlp_export, settings_from_env
 from ember.defaults import DEFAULT_MODEL_NAME
 from ember.engine.array import EngineArray
+from ember.engine.residency import Slot
 from ember.errors import EmberError, Unavailable, error_body
 
 log = logging.getLogger(__name__)
@@ -241,6 +242,18 @@ class ModelActionResponse(BaseModel):
     status: Literal["loaded", "loading", "unloaded", "failed"]
 
 
+def _model_action(
+    act: Callable[[str], Awaitable[Slot]],
+) -> Callable[[ModelAction], Awaitable[ModelActionResponse]]:
+    """A ``/models/load`` or ``/models/unload`` endpoint: ``act`` on the body's model."""
+
+    async def endpoint(body: ModelAction) -> ModelActionResponse:
+        slot = await act(body.model)
+        return ModelActionResponse(success=True, model=slot.name, status=slot.status)
+
+    return endpoint
+
+
 def _refreeze() -> None:
     """After a model unloads at run time: what was frozen goes back to the collector (the
     unloaded model's cycles among it), then what lives, models loaded since included, is
@@ -410,27 +423,19 @@ def create_app(
     async def admin_usage() -> UsageReport:
         return keys.report() if keys is not None else UsageReport(keys={})
 
-    @app.post(
-        "/models/load",
-        tags=["Operations"],
-        summary="Load a model now (llama.cpp's route; needs an admin key from --api-keys-file)",
-        responses=error_responses((400, 401, 403, 422, 503)),
-        **answered,
-    )
-    async def models_load(body: ModelAction) -> ModelActionResponse:
-        slot = await engines.residency.load(body.model)
-        return ModelActionResponse(success=True, model=slot.name, status=slot.status)
-
-    @app.post(
-        "/models/unload",
-        tags=["Operations"],
-        summary="Unload an unpinned model now (llama.cpp's route; needs an admin key)",
-        responses=error_responses((400, 401, 403, 422, 503)),
-        **answered,
-    )
-    async def models_unload(body: ModelAction) -> ModelActionResponse:
-        slot = await engines.residency.unload(body.model)
-        return ModelActionResponse(success=True, model=slot.name, status=slot.status)
+    for path, act, summary in (
+        ("/models/load", engines.residency.load, "Load a model now"),
+        ("/models/unload", engines.residency.unload, "Unload an unpinned model now"),
+    ):
+        app.add_api_route(
+            path,
+            _model_action(act),
+            methods=["POST"],
+            tags=["Operations"],
+            summary=f"{summary} (llama.cpp's route; needs an admin key from --api-keys-file)",
+            responses=error_responses((400, 401, 403, 422, 503)),
+            **answered,
+        )
 
     @app.get(
         "/",

@@ -29,21 +29,6 @@ else:  # the same parser, before it joined the standard library
 
 from ember.errors import ConfigError
 
-# What a catalogue table may set besides its own keys: the per-model flags.
-MODEL_OPTIONS = (
-    "model_id",
-    "task",
-    "backend",
-    "device",
-    "dtype",
-    "pooling",
-    "embedding_dtype",
-    "revision",
-    "max_batch_tokens",
-    "max_batch_size",
-    "max_queue_size",
-    "instruction",
-)
 RESIDENCE_KEYS = ("pin", "load", "idle_unload")
 # Weight files, by format: a directory that ships several formats loads one of them.
 WEIGHT_SUFFIXES = (
@@ -166,8 +151,11 @@ def read_models_dir(folder: Path, idle_unload: float | None) -> list[CatalogueEn
     ]
 
 
-def read_models_file(path: Path, idle_unload: float | None) -> list[CatalogueEntry]:
-    """The ``[models.<name>]`` tables of a TOML models file, or ConfigError saying why not."""
+def read_models_file(
+    path: Path, idle_unload: float | None, model_options: tuple[str, ...]
+) -> list[CatalogueEntry]:
+    """The ``[models.<name>]`` tables of a TOML models file, or ConfigError saying why not;
+    ``model_options``: the per-model flags a table may set besides its residence."""
     try:
         raw = tomllib.loads(path.read_text())
     except OSError as exc:
@@ -181,13 +169,13 @@ def read_models_file(path: Path, idle_unload: float | None) -> list[CatalogueEnt
     for name, table in models.items():
         if not isinstance(table, dict):
             raise ConfigError(f"--models-file {path}: models.{name} is not a table")
-        unknown = set(table) - set(MODEL_OPTIONS) - set(RESIDENCE_KEYS)
+        unknown = set(table) - set(model_options) - set(RESIDENCE_KEYS)
         if unknown:
             raise ConfigError(
                 f"--models-file {path}: models.{name} has unknown keys {sorted(unknown)}; "
-                f"known: {', '.join(RESIDENCE_KEYS + MODEL_OPTIONS)}"
+                f"known: {', '.join(RESIDENCE_KEYS + model_options)}"
             )
-        options = {k: str(v) for k, v in table.items() if k in MODEL_OPTIONS}
+        options = {k: str(v) for k, v in table.items() if k in model_options}
         model_id = options.get("model_id", name)
         local = path.parent / model_id
         if not Path(model_id).is_absolute() and local.exists():
