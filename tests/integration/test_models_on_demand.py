@@ -267,3 +267,36 @@ def test_the_python_api_loads_a_catalogue_model_on_its_first_call(models_dir: Pa
         scores = ember.rerank("a query", ["one", "two"], model="reranker")
         assert len(scores) == 2
         assert ember.engines.residency.named("reranker").status == "loaded"  # type: ignore[union-attr]
+
+
+def test_a_load_drains_a_model_that_is_never_idle(models_dir: Path) -> None:
+    """``--max-loaded 1``, three clients keep the embedder busy back to back; a reranker
+    request still loads (the embedder drains: its new requests wait, then load it again)
+    and answers while the embedder's clients have requests to go. Nothing fails."""
+
+    async def run() -> tuple[int, int]:
+        engines = _array(models_dir, max_loaded=1)
+        await engines.start()
+        done = {"embedder": 0}
+        started = asyncio.Event()
+
+        async def busy() -> None:
+            for _ in range(40):
+                await _call(engines, "embedder")
+                done["embedder"] += 1
+                if done["embedder"] == 5:
+                    started.set()
+
+        async def rerank() -> int:
+            await started.wait()
+            await _call(engines, "reranker")
+            return done["embedder"]
+
+        try:
+            *_, at = await asyncio.gather(busy(), busy(), busy(), rerank())
+        finally:
+            await engines.stop()
+        return at, done["embedder"]
+
+    at, total = asyncio.run(run())
+    assert total == 120 and at < total

@@ -54,6 +54,9 @@ def test_pinned_busy_and_loading_models_are_never_evicted() -> None:
     # room only the busy one could give: not now (the load waits for it to go idle)
     assert make_room(slots, target, 200, ResidencyLimits(memory_budget=400)) is None
     assert never_fits(slots, target, 200, ResidencyLimits(memory_budget=400)) is None
+    # which to drain then: the busy one, never the pinned or the loading one
+    drain = make_room(slots, target, 200, ResidencyLimits(memory_budget=400), busy=True)
+    assert drain == [busy, idle]
 
 
 def test_never_fits_counts_the_pinned_models_only() -> None:

@@ -55,6 +55,7 @@ class Slot:
     keep_alive: float | None = None  # the last request's; None: the residence's idle_unload
     error: str | None = None
     loader: asyncio.Future | None = None
+    draining: bool = False  # a load waits for it to go idle: new requests wait too
 
     @property
     def name(self) -> str:
@@ -90,15 +91,23 @@ def _fits(count: int, used: int, need: int, limits: ResidencyLimits) -> bool:
 
 
 def make_room(
-    slots: Sequence[Slot], target: Slot, need: int, limits: ResidencyLimits
+    slots: Sequence[Slot],
+    target: Slot,
+    need: int,
+    limits: ResidencyLimits,
+    *,
+    busy: bool = False,
 ) -> list[Slot] | None:
     """The slots to unload, least recently used first, so that ``target`` (``need``
     bytes) fits beside the rest; None when it cannot fit now (the rest is pinned, busy or
-    loading)."""
+    loading). ``busy``: count models with requests in flight as if idle (which to drain)."""
     others = [s for s in slots if s is not target and s.resident]
     count, used = len(others), sum(s.memory_bytes for s in others)
     evict: list[Slot] = []
-    for slot in sorted(filter(evictable, others), key=lambda s: s.used_at):
+    candidates = [
+        s for s in others if evictable(s) or (busy and s.status == "loaded" and not s.pinned)
+    ]
+    for slot in sorted(candidates, key=lambda s: s.used_at):
         if _fits(count, used, need, limits):
             break
         evict.append(slot)
@@ -219,6 +228,8 @@ class Residency:
         if slot.status != "loaded" and slot.pinned and slot.residence.eager:
             # loaded at start, as --model-id models are: no request starts its load
             raise NotReady(f"model {slot.name!r} is still loading")
+        if slot.draining:
+            await self._drained(slot)
         slot.in_flight += 1
         try:
             if slot.status != "loaded":
@@ -233,6 +244,18 @@ class Residency:
                 self._wake()
                 if slot in expired([slot], self._clock()):  # keep_alive 0: unload now
                     asyncio.ensure_future(self._unload_if_idle(slot)).add_done_callback(_retrieved)
+
+    async def _drained(self, slot: Slot) -> None:
+        """Wait while a load waits for ``slot`` to go idle: otherwise a model that always
+        has a request in flight would keep the load waiting until it timed out."""
+        deadline = self._clock() + self.limits.load_timeout
+        while slot.draining:
+            try:
+                await asyncio.wait_for(self._changed.wait(), max(0.0, deadline - self._clock()))
+            except asyncio.TimeoutError:
+                raise Unavailable(
+                    f"model {slot.name!r} is making room for another load; retry"
+                ) from None
 
     async def load(self, name: str) -> Slot:
         """``POST /models/load``: load ``name`` if it is not loaded."""
@@ -324,24 +347,33 @@ class Residency:
             )
 
     async def _room(self, slot: Slot, need: int, deadline: float) -> None:
-        """Unload what ``slot`` needs gone to fit, waiting for busy models to go idle."""
-        while True:
-            reason = never_fits(self.slots, slot, need, self.limits)
-            if reason is not None:
-                raise Unavailable(f"model {slot.name!r} cannot load: {reason}")
-            victims = make_room(self.slots, slot, need, self.limits)
-            if victims is not None:
-                for victim in victims:
-                    await self._unload(victim, "room")
-                return
-            changed = self._changed
-            try:
-                await asyncio.wait_for(changed.wait(), max(0.0, deadline - self._clock()))
-            except asyncio.TimeoutError:
-                raise Unavailable(
-                    f"model {slot.name!r}: no room to load it within --load-timeout "
-                    f"{self.limits.load_timeout:g}s (the loaded models are busy); retry"
-                ) from None
+        """Unload what ``slot`` needs gone to fit. Busy models it needs gone drain first:
+        their requests in flight finish, new ones wait for the unload (then load again)."""
+        try:
+            while True:
+                reason = never_fits(self.slots, slot, need, self.limits)
+                if reason is not None:
+                    raise Unavailable(f"model {slot.name!r} cannot load: {reason}")
+                victims = make_room(self.slots, slot, need, self.limits)
+                if victims is not None:
+                    for victim in victims:
+                        await self._unload(victim, "room")
+                    return
+                for drain in make_room(self.slots, slot, need, self.limits, busy=True) or []:
+                    drain.draining = True
+                changed = self._changed
+                try:
+                    await asyncio.wait_for(changed.wait(), max(0.0, deadline - self._clock()))
+                except asyncio.TimeoutError:
+                    raise Unavailable(
+                        f"model {slot.name!r}: no room to load it within --load-timeout "
+                        f"{self.limits.load_timeout:g}s (the loaded models are busy); retry"
+                    ) from None
+        finally:
+            if any(s.draining for s in self.slots):
+                for other in self.slots:
+                    other.draining = False
+                self._wake()
 
     async def _settle_measured(self, slot: Slot, measured: int) -> None:
         """Take the measurement: unload more if the model took more than estimated, or
@@ -389,7 +421,7 @@ class Residency:
         """Take ``slot`` out of the account at once; its old engine, to stop."""
         old = slot.engine
         slot.engine = self._make_engine(slot.spec)
-        slot.status, slot.memory_bytes = "unloaded", 0
+        slot.status, slot.memory_bytes, slot.draining = "unloaded", 0, False
         self.metrics.model_evictions.labels(slot.name, reason).inc()
         self.metrics.model_resident_bytes.labels(slot.name).set(0)
         log.info("model %s unloaded (%s)", slot.name, reason)
