@@ -210,9 +210,15 @@ class Residency:
             self._reaper = asyncio.ensure_future(self._reap_forever())
 
     async def stop(self) -> None:
+        """Stop every engine; loads still running are cancelled first (a load runs as its
+        own task, shielded from the requests that wait on it)."""
         if self._reaper is not None:
             self._reaper.cancel()
             self._reaper = None
+        loaders = [s.loader for s in self.slots if s.loader is not None and not s.loader.done()]
+        for loader in loaders:
+            loader.cancel()
+        await asyncio.gather(*loaders, return_exceptions=True)
         for slot in self.slots:
             await slot.engine.stop()
             slot.status, slot.memory_bytes = "unloaded", 0
