@@ -37,6 +37,14 @@ from ember.defaults import (
 )
 from ember.errors import ConfigError
 from ember.families.registry import INSTRUCTIONS
+from ember.models.catalogue import (
+    CatalogueEntry,
+    Residence,
+    ResidencyLimits,
+    parse_bytes,
+    read_models_dir,
+    read_models_file,
+)
 from ember.models.spec import (
     FORWARD_NICE,
     MAX_BATCH_SIZE,
@@ -159,6 +167,43 @@ class ServerSettings(BaseSettings):
         description="neuron: NeuronCores to load a copy of every graph on; default: the count "
         "given at export, else the cores visible (NEURON_RT_NUM_CORES, "
         "NEURON_RT_VISIBLE_CORES, /dev/neuron*).",
+    )
+    models_dir: str | None = Field(
+        None,
+        description="Serve every model in this directory (one per subdirectory, named after "
+        "it), each loaded on its first request and unloaded when idle or evicted. See "
+        "docs/operations/models-on-demand.md.",
+    )
+    models_file: str | None = Field(
+        None,
+        description="TOML catalogue of models loaded on demand, each with its own flags and "
+        "`pin`, `load` (eager|lazy) and `idle_unload`. See docs/operations/models-on-demand.md.",
+    )
+    max_loaded: int = Field(
+        0,
+        ge=0,
+        description="Models loaded at once; a load past it first unloads the least recently "
+        "used idle unpinned model. 0 = no limit.",
+    )
+    memory_budget: str | None = Field(
+        None,
+        description="Memory the loaded models may take together (bytes, or 8GiB, 512MB): each "
+        "model's resident memory measured around its load, device memory included; a load "
+        "that would pass it unloads least recently used idle unpinned models first. Unset: "
+        "no budget.",
+    )
+    idle_unload: float = Field(
+        0.0,
+        ge=0,
+        description="Seconds an unpinned catalogue model may stay idle before it unloads (a "
+        "model's own `idle_unload` wins, a request's `keep_alive` for what follows it). "
+        "0 = never.",
+    )
+    load_timeout: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds a request waits for its model to load (and for room to load "
+        "it); then 503.",
     )
     host: str = Field("0.0.0.0", description="Interface to bind.")
     port: int = Field(7997, description="Port to bind.")
@@ -347,6 +392,50 @@ class ServerSettings(BaseSettings):
         if len(set(names)) != len(names):
             raise ConfigError(f"served model names must be unique, got {names}")
         return specs
+
+    def catalogue(self) -> list[tuple[ModelSpec, Residence]]:
+        """Every served model and how it stays resident: the ``--model-id`` models (eager,
+        pinned; none when a catalogue is given without them), then the catalogue's, each
+        with its own flags over the ones given once on the command line."""
+        entries = self.catalogue_entries()
+        served = [] if entries and not self.model_id else self.model_specs()
+        pairs = [(spec, Residence()) for spec in served]
+        given = {name: split_values(getattr(self, name)) for name in PER_MODEL_FIELDS}
+        broadcast = {name: values[0] for name, values in given.items() if len(values) == 1}
+        for entry in entries:
+
+            def pick(name: str, entry: CatalogueEntry = entry) -> str | None:
+                if name == "served_model_name":
+                    return entry.name
+                return entry.options.get(name, broadcast.get(name))
+
+            pairs.append((self._spec(pick), entry.residence))
+        names = [s.served_model_name or s.model_id for s, _ in pairs]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"served model names must be unique, got {names}")
+        return pairs
+
+    def catalogue_entries(self) -> list[CatalogueEntry]:
+        """The models of ``--models-dir`` and ``--models-file`` (the file's win by name)."""
+        idle = self.idle_unload or None
+        entries = {}
+        if self.models_dir:
+            entries.update({e.name: e for e in read_models_dir(Path(self.models_dir), idle)})
+        if self.models_file:
+            options = tuple(f for f in PER_MODEL_FIELDS if f != "served_model_name")
+            path = Path(self.models_file)
+            entries.update({e.name: e for e in read_models_file(path, idle, options)})
+        return list(entries.values())
+
+    def residency_limits(self) -> ResidencyLimits:
+        """``--max-loaded``, ``--memory-budget`` and ``--load-timeout`` as the engines take them."""
+        try:
+            budget = parse_bytes(self.memory_budget) if self.memory_budget else 0
+        except ValueError as exc:
+            raise ConfigError(f"--memory-budget: {exc}") from None
+        return ResidencyLimits(
+            max_loaded=self.max_loaded, memory_budget=budget, load_timeout=self.load_timeout
+        )
 
     def _spec(self, pick: Any) -> ModelSpec:
         task = choice("task", pick("task") or "auto", ("auto", *TASKS))

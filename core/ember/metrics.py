@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _TIME_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_LOAD_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _TOKEN_BUCKETS = (64, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
@@ -123,4 +124,32 @@ class Metrics:
         )
         self.key_in_flight = Gauge(
             "ember_key_in_flight", "Requests in flight per API key", ["key"], registry=r
+        )
+        # Models on demand (ember.engine.residency): loads, unloads, what each holds.
+        self.model_loads = Counter(
+            "ember_model_loads",
+            "Model loads by model and outcome (ok, failed)",
+            ["model", "outcome"],
+            registry=r,
+        )
+        self.model_evictions = Counter(
+            "ember_model_evictions",
+            "Models unloaded, by model and reason: room (--max-loaded or --memory-budget), "
+            "idle (idle_unload or keep_alive), admin (POST /models/unload)",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.model_load_seconds = Histogram(
+            "ember_model_load_seconds",
+            "Seconds a model took to load and warm up",
+            ["model"],
+            buckets=_LOAD_BUCKETS,
+            registry=r,
+        )
+        self.model_resident_bytes = Gauge(
+            "ember_model_resident_bytes",
+            "Memory attributed to each loaded model (resident, with device memory; measured "
+            "around its load); 0 when unloaded",
+            ["model"],
+            registry=r,
         )

@@ -49,6 +49,7 @@ from ember.api.tracing import traced_requests
 from ember.config import ServerSettings, otlp_export, settings_from_env
 from ember.defaults import DEFAULT_MODEL_NAME
 from ember.engine.array import EngineArray
+from ember.engine.residency import Slot
 from ember.errors import EmberError, Unavailable, error_body
 
 log = logging.getLogger(__name__)
@@ -225,13 +226,46 @@ class EmberApp(FastAPI):
             return _load_failed(self.state.load_error)
         engines: EngineArray = self.state.engines
         if not engines.ready:
+            pinned = [s.engine for s in engines.residency.slots if s.pinned]
             loading = [
-                e.name or e.spec.model_id or DEFAULT_MODEL_NAME for e in engines if not e.ready
+                e.name or e.spec.model_id or DEFAULT_MODEL_NAME for e in pinned if not e.ready
             ]
             return error_response(
                 503, error_body(f"loading: {', '.join(loading)}", "service_unavailable", 503)
             )
         return _json(ReadyResponse(status="ready", models=engines.names))
+
+
+class ModelAction(BaseModel):
+    """llama.cpp's ``POST /models/load`` and ``/models/unload`` body."""
+
+    model: str = Field(description="The served model's name.")
+
+
+class ModelActionResponse(BaseModel):
+    success: bool = Field(description="llama.cpp's answer: true once done.")
+    model: str
+    status: Literal["loaded", "loading", "unloaded", "failed"]
+
+
+def _model_action(
+    act: Callable[[str], Awaitable[Slot]],
+) -> Callable[[ModelAction], Awaitable[ModelActionResponse]]:
+    """A ``/models/load`` or ``/models/unload`` endpoint: ``act`` on the body's model."""
+
+    async def endpoint(body: ModelAction) -> ModelActionResponse:
+        slot = await act(body.model)
+        return ModelActionResponse(success=True, model=slot.name, status=slot.status)
+
+    return endpoint
+
+
+def _refreeze() -> None:
+    """After a model unloads at run time: what was frozen goes back to the collector (the
+    unloaded model's cycles among it), then what lives, models loaded since included, is
+    frozen again."""
+    gc.unfreeze()
+    _freeze_loaded_objects()
 
 
 def _json(body: BaseModel, status: int = 200) -> Response:
@@ -255,6 +289,7 @@ def create_app(
     settings = settings or settings_from_env()
     tracing.configure(otlp_export(settings))
     engines = engines or EngineArray.from_settings(settings)
+    engines.residency.settle = _refreeze
     keys = key_store(engines.metrics, settings.api_keys_file, settings.api_key)
 
     @asynccontextmanager
@@ -393,6 +428,20 @@ def create_app(
     )
     async def admin_usage() -> UsageReport:
         return keys.report() if keys is not None else UsageReport(keys={})
+
+    for path, act, summary in (
+        ("/models/load", engines.residency.load, "Load a model now"),
+        ("/models/unload", engines.residency.unload, "Unload an unpinned model now"),
+    ):
+        app.add_api_route(
+            path,
+            _model_action(act),
+            methods=["POST"],
+            tags=["Operations"],
+            summary=f"{summary} (llama.cpp's route; needs an admin key from --api-keys-file)",
+            responses=error_responses((400, 401, 403, 422, 503)),
+            **answered,
+        )
 
     @app.get(
         "/",

@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 HASH_PREFIX = "sha256:"
 POLL_SECONDS = 1.0  # how often a request may stat the keys file: one stat a second at most
 PLAIN_KEY_NAME = "--api-key"  # the one unnamed key of --api-key, as its usage label says
-ADMIN_PATHS = frozenset({"/admin/usage"})
+ADMIN_PATHS = frozenset({"/admin/usage", "/models/load", "/models/unload"})
 UNAUTHORIZED = "missing or wrong API key: send `Authorization: Bearer <key>`"
 
 

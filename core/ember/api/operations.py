@@ -42,8 +42,9 @@ async def run(translator: Translator, engines: EngineArray, body: Any, limit: in
     an engine request, run, and the result encoded in the body's dialect."""
     check_batch(translator.count(body), limit, translator.named(body))
     engine = engines.for_task(body.model, translator.pick(body))
-    result = await translator.call(engine, translator.decode(body, engine))
-    return Reply(translator.encode(body, engine, result), result.timings)
+    async with engines.serving(engine, body.keep_alive) as engine:  # loaded, held
+        result = await translator.call(engine, translator.decode(body, engine))
+        return Reply(translator.encode(body, engine, result), result.timings)
 
 
 def translated(translator: Translator) -> Operation:

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
 from ember.families.registry import INSTRUCTIONS
+from ember.models.catalogue import duration_seconds
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
 # true or false only: pydantic's lax bool would take 0, 1, "yes" or "off" for a flag.
@@ -34,9 +35,28 @@ TokenId = Annotated[int, Strict(), Field(ge=0, le=2**32 - 1), BeforeValidator(_i
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 
 
+def _duration(value: Any) -> Any:
+    """A ``keep_alive`` string as seconds (one that is no duration: 422)."""
+    return duration_seconds(value) if isinstance(value, str) else value
+
+
+# Ollama's keep_alive: seconds (negative: forever) or a duration string ("5m", "1h30m").
+KeepAlive = Annotated[
+    float | None,
+    BeforeValidator(_duration),
+    Field(
+        description="Ollama's field: how long the model stays loaded after this request "
+        '(seconds, or a duration such as "5m"; 0 unloads it at once, negative keeps it '
+        "until evicted); default: the model's idle_unload. Pinned models stay regardless."
+    ),
+]
+
+
 class _Body(BaseModel):
     # Clients send fields we do not use (OpenAI's `user`, Cohere's `max_chunks_per_doc`).
     model_config = ConfigDict(extra="ignore")
+
+    keep_alive: KeepAlive = None
 
 
 INSTRUCTION = (

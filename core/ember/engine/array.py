@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager
 
 from ember.backends import load_backend
 from ember.backends.base import Backend
@@ -12,10 +13,12 @@ from ember.config import ServerSettings
 from ember.defaults import CACHE_MAX_BYTES
 from ember.engine.cache import EmbeddingCache
 from ember.engine.engine import Engine
+from ember.engine.residency import Residency, Slot
 from ember.errors import BadRequest, NotFound
 from ember.media.budget import MediaBudget
 from ember.media.limits import MediaLimits
 from ember.metrics import Metrics
+from ember.models.catalogue import Residence, ResidencyLimits
 from ember.models.spec import ModelSpec, ResolvedModel
 
 
@@ -30,10 +33,13 @@ class EngineArray:
         backend_loader: Callable[[ResolvedModel], Backend] = load_backend,
         cache_entries: int = 0,
         cache_max_bytes: int | None = None,
+        residences: Sequence[Residence] | None = None,
+        residency_limits: ResidencyLimits | None = None,
     ) -> None:
         """``cache_entries`` > 0: one embedding cache (``ember.engine.cache``) for every
         model, of that many entries and ``cache_max_bytes`` bytes at most (None: the
-        setting's default)."""
+        setting's default). ``residences``: how each model stays loaded (default: loaded
+        at start and pinned), within ``residency_limits`` (``ember.engine.residency``)."""
         self.metrics = metrics or Metrics()
         # One media budget for the server: every engine's downloads and decodes draw on it.
         limits = next((spec.media for spec in specs if spec.media is not None), MediaLimits())
@@ -42,40 +48,65 @@ class EngineArray:
         if cache_entries:
             limit = cache_max_bytes or CACHE_MAX_BYTES
             self.cache = EmbeddingCache(cache_entries, limit, self.metrics)
-        self.engines = [
-            Engine(
-                spec,
-                metrics=self.metrics,
-                backend_loader=backend_loader,
-                media_budget=budget,
-                cache=self.cache,
-            )
-            for spec in specs
+        self._backend_loader = backend_loader
+        self._media_budget = budget
+        residences = residences or [Residence()] * len(specs)
+        slots = [
+            Slot(spec, r, self._engine(spec)) for spec, r in zip(specs, residences, strict=True)
         ]
+        limits = residency_limits or ResidencyLimits()
+        self.residency = Residency(slots, limits, self._engine, self.metrics)
         self.started = False
+
+    def _engine(self, spec: ModelSpec) -> Engine:
+        """A fresh, unstarted engine for ``spec``: one per load of the model."""
+        return Engine(
+            spec,
+            metrics=self.metrics,
+            backend_loader=self._backend_loader,
+            media_budget=self._media_budget,
+            cache=self.cache,
+        )
+
+    @property
+    def engines(self) -> list[Engine]:
+        """Every served model's engine, loaded or not (an unloaded one has no model)."""
+        return [slot.engine for slot in self.residency.slots]
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> EngineArray:
         """The engines ``settings`` describe: their models, and the embedding cache."""
+        served = settings.catalogue()
         return cls(
-            settings.model_specs(),
+            [spec for spec, _ in served],
             cache_entries=settings.cache_entries,
             cache_max_bytes=settings.cache_max_bytes,
+            residences=[residence for _, residence in served],
+            residency_limits=settings.residency_limits(),
         )
 
     async def start(self) -> None:
-        for engine in self.engines:  # one at a time: loading is memory- and CPU-bound
-            await engine.start()
+        """Load the eager models, one at a time (loading is memory- and CPU-bound)."""
+        await self.residency.start()
         self.started = True
 
     async def stop(self) -> None:
-        for engine in self.engines:
-            await engine.stop()
+        await self.residency.stop()
         self.started = False
 
     @property
     def ready(self) -> bool:
-        return bool(self.engines) and all(e.ready for e in self.engines)
+        """Every pinned model loaded and warm (all of them, unless a catalogue says)."""
+        return self.residency.ready
+
+    @asynccontextmanager
+    async def serving(
+        self, engine: Engine, keep_alive: float | None = None
+    ) -> AsyncIterator[Engine]:
+        """``engine``'s model loaded (a request for an unloaded one starts its load and
+        waits) and held until the request ends; ``keep_alive``: the request's, seconds."""
+        async with self.residency.serving(engine, keep_alive) as loaded:
+            yield loaded
 
     @property
     def names(self) -> list[str]:

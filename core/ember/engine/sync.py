@@ -6,14 +6,16 @@ and waited for, so a script with no event loop of its own can embed and rerank.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
+from ember.capabilities import Capability
 from ember.chunking import Chunking
 from ember.config import ServerSettings, settings_from_env
 from ember.engine.array import EngineArray
+from ember.engine.engine import Engine
 from ember.engine.loop import EngineLoop
 from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest
 from ember.outputs import ChunkedScores, ChunkedVectors
@@ -46,8 +48,8 @@ class SyncEngineArray:
     ) -> np.ndarray:
         """Vectors as float32 [n, dims], normalised when the model says so; ``options``
         are ``EmbedRequest``'s fields (``output``, ``prompt_name``, ``modality``, ...)."""
-        engine = self.engines.for_task(model, "embed")
-        return self._call(engine.embed(EmbedRequest(list(texts), **options))).outputs
+        request = EmbedRequest(list(texts), **options)
+        return self._serve(model, "embed", lambda e: e.embed(request)).outputs
 
     def embed_chunks(
         self,
@@ -60,9 +62,8 @@ class SyncEngineArray:
         """Each text cut into chunks (``Chunking()``: at the model's length) and embedded:
         the chunks' vectors with their offsets (``spans``) and each text's aggregate
         (``documents``), as the routes' ``chunking`` field gives them."""
-        engine = self.engines.for_task(model, "embed")
         request = EmbedRequest(list(texts), chunking=chunking or Chunking(), **options)
-        output = self._call(engine.embed(request)).output
+        output = self._serve(model, "embed", lambda e: e.embed(request)).output
         assert isinstance(output, ChunkedVectors)
         return output
 
@@ -115,7 +116,6 @@ class SyncEngineArray:
         max_tokens_per_doc: int | None,
         max_chunks_per_doc: int | None,
     ) -> Any:
-        engine = self.engines.for_task(model, "rerank")
         request = RerankRequest(
             query,
             list(documents),
@@ -123,14 +123,24 @@ class SyncEngineArray:
             max_tokens_per_doc=max_tokens_per_doc,
             max_chunks_per_doc=max_chunks_per_doc,
         )
-        return self._call(engine.rerank(request)).output
+        return self._serve(model, "rerank", lambda e: e.rerank(request)).output
 
     def classify(
         self, texts: Sequence[str], *, model: str | None = None, raw_scores: bool = False
     ) -> list[list[dict]]:
-        engine = self.engines.for_task(model, "classify")
-        labels, _ = self._call(engine.classify(ClassifyRequest(list(texts), raw_scores=raw_scores)))
+        request = ClassifyRequest(list(texts), raw_scores=raw_scores)
+        labels, _ = self._serve(model, "classify", lambda e: e.classify(request))
         return labels
+
+    def _serve(self, model: str | None, task: Capability, call: Callable[[Engine], Any]) -> Any:
+        """``call`` on the model's engine, loaded first if it loads on demand."""
+        engine = self.engines.for_task(model, task)
+
+        async def served() -> Any:
+            async with self.engines.serving(engine) as loaded:
+                return await call(loaded)
+
+        return self._call(served())
 
     def close(self) -> None:
         if self.loop.loop.is_running():

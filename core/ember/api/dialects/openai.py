@@ -269,6 +269,19 @@ class ModelCard(BaseModel):
     created: int
     ready: bool
     stats: ModelStats
+    status: Literal["loaded", "loading", "unloaded", "failed"] = Field(
+        description="Models on demand: whether it is in memory now (llama.cpp's states)."
+    )
+    memory_bytes: int = Field(
+        description="Memory attributed to the model while loaded (resident, with device "
+        "memory; measured around its load); 0 when not."
+    )
+    last_used: float | None = Field(
+        description="Unix time a request last used it; null: none since start."
+    )
+    pinned: bool = Field(description="Never unloaded (every --model-id model is).")
+    load_seconds: float | None = Field(description="Its last load's seconds; null: never loaded.")
+    error: str | None = Field(None, description="Why its last load failed (status failed).")
     task: str | None = None
     kind: str | None = None
     capabilities: list[str] | None = None
@@ -321,6 +334,9 @@ def models_list(engines: EngineArray) -> ModelsResponse:
                 dimensions=dense_dimensions(engine.model),
                 max_model_len=length,  # vLLM's (and mteb's) name
             )
+        slot = engines.residency.slot(engine)
+        if slot.error is not None and slot.status == "failed":
+            facts["error"] = slot.error
         card = ModelCard(
             id=engine.name,
             object="model",
@@ -328,6 +344,11 @@ def models_list(engines: EngineArray) -> ModelsResponse:
             created=0,
             ready=engine.ready,
             stats=stats,
+            status=slot.status,
+            memory_bytes=slot.memory_bytes,
+            last_used=slot.last_used,
+            pinned=slot.pinned,
+            load_seconds=slot.load_seconds,
             **facts,
         )
         data.append(card)

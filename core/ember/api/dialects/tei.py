@@ -484,15 +484,15 @@ async def decode(engines: EngineArray, body: DecodeRequest, limit: int) -> Reply
     """One text per id list (TEI answers a list even for one)."""
     ids = body.ids if isinstance(body.ids[0], list) else [body.ids]
     check_batch(len(ids), limit, "ids")
-    engine = engines.tokenizing(body.model)
-    processor = engine.processor
-    if processor is None:
-        raise NotReady(f"model {engine.name!r} is still loading")
-    texts = await asyncio.to_thread(
-        processor.decode,
-        ids,
-        skip_special_tokens=body.skip_special_tokens,
-    )
+    async with engines.serving(engines.tokenizing(body.model), body.keep_alive) as engine:
+        processor = engine.processor
+        if processor is None:
+            raise NotReady(f"model {engine.name!r} is still loading")
+        texts = await asyncio.to_thread(
+            processor.decode,
+            ids,
+            skip_special_tokens=body.skip_special_tokens,
+        )
     return Reply(of(DecodeResponse, root=texts), Timings())
 
 
@@ -502,10 +502,10 @@ async def tokenize(
     """/tokenize; with no ``model`` and several served, the first model that tokenises."""
     texts = [body.inputs] if isinstance(body.inputs, str) else list(body.inputs)
     check_batch(len(texts), limit, "inputs")
-    engine = engines.tokenizing(body.model)
-    if body.prompt_name and engine.text_inputs is not None:
-        texts = engine.text_inputs.with_prompt(texts, body.prompt_name)
-    rows = await engine.tokenize(texts, add_special_tokens=body.add_special_tokens)
+    async with engines.serving(engines.tokenizing(body.model), body.keep_alive) as engine:
+        if body.prompt_name and engine.text_inputs is not None:
+            texts = engine.text_inputs.with_prompt(texts, body.prompt_name)
+        rows = await engine.tokenize(texts, add_special_tokens=body.add_special_tokens)
     tokens = [[of(Token, **token) for token in row] for row in rows]
     return Reply(of(TokenizeResponse, root=tokens), Timings())
 
@@ -517,8 +517,6 @@ def _root_engine(engines: EngineArray, body: RootInputsRequest) -> Engine:
         embeds = any(e.model is not None and e.family.does("embed") for e in engines)
         asked = "classify" if body.parameters is not None or not embeds else "embed"
         engine = engines.for_task(None, asked)
-    if engine.model is None:
-        raise NotReady(f"model {engine.name!r} is still loading")
     return engine
 
 
@@ -530,6 +528,9 @@ async def root(engines: EngineArray, body: Any, limit: int) -> Reply[RootRespons
     if isinstance(body, SimilarityRequest):
         return await run(SIMILARITY, engines, body, limit)
     engine = _root_engine(engines, body)
+    if engine.model is None:  # a model that loads on demand: load it to learn its kind
+        async with engines.serving(engine, body.keep_alive) as engine:
+            pass
     kind, name = engine.family, engine.name
     named = body.model_copy(update={"model": name})
     if kind.classifies:
