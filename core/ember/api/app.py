@@ -50,6 +50,8 @@ from ember.config import ServerSettings, otlp_export, settings_from_env
 from ember.defaults import DEFAULT_MODEL_NAME
 from ember.engine.array import EngineArray
 from ember.errors import EmberError, Unavailable, error_body
+from ember.lanes import HEADER, LANE_NAMES
+from ember.lanes import current as current_lane
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,14 @@ TIMING_HEADERS: dict[str, Any] = {
         "x-serialization-time",
         "x-total-time",
     )
+}
+# What every model route's answer carries: its timings and the lane it was served in.
+REPLY_HEADERS: dict[str, Any] = {
+    **TIMING_HEADERS,
+    HEADER: {
+        "schema": {"type": "string", "enum": list(LANE_NAMES)},
+        "description": "The priority lane the request was served in (docs/lanes.md).",
+    },
 }
 
 
@@ -158,6 +168,7 @@ async def run_operation(
         "x-inference-time": _ms(t.forward),
         "x-serialization-time": _ms(serialize),
         "x-total-time": _ms(time.perf_counter() - started),
+        HEADER: current_lane().label,  # the lane served (ember.lanes), after the key's ceiling
     }
     return Response(content, media_type="application/json", headers=headers)
 
@@ -309,7 +320,7 @@ def create_app(
                     200: {
                         "model": route.answer,
                         "description": "Success",
-                        "headers": TIMING_HEADERS,
+                        "headers": REPLY_HEADERS,
                     },
                     **error_responses(route.errors),
                 },

@@ -28,6 +28,7 @@ from ember.engine.forward import Piece, load_at_priority, run_batch
 from ember.engine.prepare import Prepare, Preparer
 from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest
 from ember.engine.result import Result, Timings
+from ember.engine.shares import LanePolicy
 from ember.engine.start_failure import start_failure
 from ember.engine.text_inputs import TextInputs
 from ember.errors import ConfigError, EmberError, NotReady, RequestTimeout
@@ -35,6 +36,7 @@ from ember.families.base import Family
 from ember.families.resolve import resolve_model
 from ember.heads.base import Head
 from ember.heads.build import build_heads
+from ember.lanes import current as current_lane
 from ember.media.budget import MediaBudget
 from ember.metrics import Metrics
 from ember.models.score_activation import served_activation
@@ -160,6 +162,7 @@ class Engine:
             representative_tokens=representative_tokens_for(
                 backend.info.device, self.spec.max_batch_tokens
             ),
+            lanes=LanePolicy(self.spec.lane_weights, self.spec.bulk_batch_tokens),
         )
         self.batcher.start()
         self.load_seconds = time.perf_counter() - started
@@ -419,7 +422,9 @@ class Engine:
             if time.perf_counter() >= deadline:
                 raise asyncio.TimeoutError
             pieces = [Piece(t, output) for t in tokens]
-            futures = self.batcher.submit(pieces, reserved=count, deadline=deadline)
+            futures = self.batcher.submit(
+                pieces, reserved=count, deadline=deadline, lane=current_lane()
+            )
             submitted = True
             remaining = max(0.0, deadline - time.perf_counter())
             gathered = asyncio.gather(*futures)

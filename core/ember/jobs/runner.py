@@ -33,6 +33,7 @@ from ember.jobs.lock import hold_output
 from ember.jobs.refusals import embed_each, split_refused
 from ember.jobs.shards import embedding_array
 from ember.jobs.writer import JobRun, JobSummary
+from ember.lanes import bulk_by_default
 from ember.models.spec import ModelSpec
 from ember.outputs import embeds
 
@@ -235,6 +236,7 @@ async def run_embed_job(engine: Engine, source: InputSpec, options: JobOptions) 
         return await _embed_held(engine, source, options)
 
 
+@bulk_by_default
 async def _embed_held(engine: Engine, source: InputSpec, options: JobOptions) -> JobSummary:
     """``run_embed_job`` once this process holds the output directory."""
     output = choose_output(engine, options.output_kind)

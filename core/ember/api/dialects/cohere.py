@@ -28,7 +28,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ember.api.dialects import Translator, Usage, of, usage
-from ember.api.schemas import INSTRUCTION, NonEmptyText, PositiveInt, StrictBool, _Body
+from ember.api.schemas import (
+    INSTRUCTION,
+    NonEmptyText,
+    PositiveInt,
+    StrictBool,
+    _Body,
+    _Part,
+)
 from ember.capabilities import Capability, Modality
 from ember.engine import Engine, Result
 from ember.engine.requests import EmbedRequest
@@ -269,7 +276,7 @@ class Embed(Translator[CohereEmbedRequest, EmbedRequest]):
         )
 
 
-class RerankDocument(_Body):
+class RerankDocument(_Part):
     text: NonEmptyText
 
 

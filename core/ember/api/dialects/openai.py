@@ -25,6 +25,8 @@ from ember.engine import Engine, EngineArray, Result
 from ember.engine.requests import EmbedRequest
 from ember.errors import BadRequest
 from ember.heads.quantize import encode_embeddings
+from ember.lanes import SERVED_TIER
+from ember.lanes import current as current_lane
 from ember.models.spec import ResolvedModel
 from ember.outputs import DenseVectors, MultiVectors, SparseVectors, is_dense, output_type
 from ember.prompts import prompt_for
@@ -95,6 +97,9 @@ class EmbeddingsResponse(BaseModel):
     usage: Usage
     id: str = Field(description="Infinity's: unique per answer.")
     created: int = Field(description="Infinity's: Unix seconds.")
+    service_tier: Literal["priority", "default", "flex"] = Field(
+        description="OpenAI's: the tier (priority lane) the request was served in."
+    )
 
 
 # Which capability a request's modality needs, to pick a model when none is named.
@@ -154,6 +159,7 @@ def embeddings_body(engine: Engine, result: Result, base64: bool) -> EmbeddingsR
         usage=usage(result.prompt_tokens),
         id=str(uuid.uuid4()),  # Infinity's fields, read by its generated client
         created=int(time.time()),
+        service_tier=SERVED_TIER[current_lane()],
     )
 
 
