@@ -121,13 +121,14 @@ class ServerSettings(BaseSettings):
     lane_weights: str = Field(
         ",".join(f"{w:g}" for w in WEIGHTS),
         description="interactive,default,bulk: under saturation each waiting priority lane "
-        "gets its weight's share of the tokens forwarded (docs/lanes.md); a light lane goes "
-        "first.",
+        "gets its weight's share of the tokens forwarded; a light lane goes first "
+        "(docs/operations/lanes.md).",
     )
     bulk_batch_tokens: int = Field(
         0,
         description="A bulk-lane batch closes before its padded cost passes this, so that "
-        "a query waits at most about one bulk batch; 0 = a quarter of --max-batch-tokens.",
+        "a query waits at most about one bulk batch; 0 = auto: 512 on CPU, a quarter of "
+        "--max-batch-tokens on an accelerator.",
     )
     forward_workers: int = Field(
         0,
@@ -384,7 +385,7 @@ class ServerSettings(BaseSettings):
             bulk_batch_tokens=(
                 at_least_one("bulk_batch_tokens", self.bulk_batch_tokens)
                 if self.bulk_batch_tokens
-                else max(1, _positive_int("max_batch_tokens", pick("max_batch_tokens")) // 4)
+                else None
             ),
             accept_token_ids=self.accept_token_ids,
             forward_workers=self.forward_workers,

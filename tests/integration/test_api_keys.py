@@ -139,7 +139,7 @@ def test_a_key_gets_403_for_a_model_or_route_it_may_not_use(keyed) -> None:
 
 
 def test_a_keys_lane_ceiling_caps_its_claims_and_the_served_tier_is_echoed(keyed) -> None:
-    """Lanes (docs/lanes.md): a bulk key claiming the interactive lane is served bulk, by
+    """Lanes (docs/operations/lanes.md): a bulk key claiming the interactive lane is served bulk, by
     the body (OpenAI's service_tier, vLLM's priority) or the header; the tier is echoed
     in OpenAI's answer and the lane in X-Ember-Priority on every route."""
     server, _ = keyed

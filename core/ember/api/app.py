@@ -70,7 +70,7 @@ REPLY_HEADERS: dict[str, Any] = {
     **TIMING_HEADERS,
     HEADER: {
         "schema": {"type": "string", "enum": list(LANE_NAMES)},
-        "description": "The priority lane the request was served in (docs/lanes.md).",
+        "description": "The priority lane the request was served in (docs/operations/lanes.md).",
     },
 }
 

@@ -22,7 +22,12 @@ from ember.callers import charge
 from ember.capabilities import Modality, Output
 from ember.cpu import lower_thread_priority
 from ember.engine.admission import TextCost
-from ember.engine.batcher import Batcher, padding_budget_for, representative_tokens_for
+from ember.engine.batcher import (
+    Batcher,
+    bulk_tokens_for,
+    padding_budget_for,
+    representative_tokens_for,
+)
 from ember.engine.cache import EmbeddingCache, embed_through, model_identity
 from ember.engine.forward import Piece, load_at_priority, run_batch
 from ember.engine.prepare import Prepare, Preparer
@@ -162,7 +167,11 @@ class Engine:
             representative_tokens=representative_tokens_for(
                 backend.info.device, self.spec.max_batch_tokens
             ),
-            lanes=LanePolicy(self.spec.lane_weights, self.spec.bulk_batch_tokens),
+            lanes=LanePolicy(
+                self.spec.lane_weights,
+                self.spec.bulk_batch_tokens
+                or bulk_tokens_for(backend.info.device, self.spec.max_batch_tokens),
+            ),
         )
         self.batcher.start()
         self.load_seconds = time.perf_counter() - started
