@@ -8,8 +8,8 @@ interactive work.
 One `ember serve` of the packaged MiniLM (default flags: bulk batches capped at a quarter
 of --max-batch-tokens). Phases, in order:
 
-1. idle: ``--queries`` one-text queries (``service_tier: priority``), one every
-   1/``--rate`` s, nothing else running: their p50/p99;
+1. idle: one-text queries (``service_tier: priority``), one every 1/``--rate`` s,
+   nothing else running: their p50/p99;
 2. bulk alone: ``--bulk-clients`` clients send requests of ``--bulk-texts`` texts
    (``service_tier: flex``) back to back for ``--seconds``: bulk tokens/s, the bulk lane's
    tokens forwarded (``ember_lane_tokens_total``) from 3 s in to the end;
@@ -202,15 +202,32 @@ def measure(url: str, args: argparse.Namespace, cap: int, workers: int) -> dict[
     # waiting (one-text queries flood the HTTP front before they fill the forwards)
     flood = [body(chunk[: args.flood_texts], "priority") for chunk in chunks]
     asyncio.run(queries(url, 20, 20.0))  # warm connections and the model
-    idle, _ = asyncio.run(queries(url, args.queries, args.rate))
-
-    process, results = start_load(url, bulk, args.bulk_clients, args.seconds + 4)
-    alone_tps = asyncio.run(_bulk_rate(url, args.seconds))
-    alone = finish_load(process, results, args.seconds)
-
-    process, results = start_load(url, bulk, args.bulk_clients, args.seconds + 4)
-    loaded, served, mixed_tps = asyncio.run(_queries_under_load(url, args))
-    mixed = finish_load(process, results, args.seconds)
+    idle: list[float] = []
+    loaded: list[float] = []
+    served: list[str] = []
+    rounds = []
+    # Rounds of idle / bulk alone / bulk + queries, side by side: the host's other load
+    # drifts over minutes, and each ratio compares phases a minute apart.
+    for _ in range(args.rounds):
+        idle += asyncio.run(queries(url, args.queries // 2, args.rate))[0]
+        process, results = start_load(url, bulk, args.bulk_clients, args.seconds + 4)
+        alone_tps = asyncio.run(_bulk_rate(url, args.seconds))
+        alone = finish_load(process, results, args.seconds)
+        process, results = start_load(url, bulk, args.bulk_clients, args.seconds + 4)
+        some, lanes, mixed_tps = asyncio.run(_queries_under_load(url, args))
+        mixed = finish_load(process, results, args.seconds)
+        loaded += some
+        served += lanes
+        rounds.append(
+            {
+                "bulk_alone": {**alone, "tokens_per_s": alone_tps},
+                "bulk_with_queries": {**mixed, "tokens_per_s": mixed_tps},
+                "bulk_kept": mixed_tps / alone_tps,
+                "interactive_under_bulk": _ms(some),
+            }
+        )
+    alone_tps = sum(r["bulk_alone"]["tokens_per_s"] for r in rounds) / len(rounds)
+    mixed_tps = sum(r["bulk_with_queries"]["tokens_per_s"] for r in rounds) / len(rounds)
 
     process, results = start_load(url, bulk, args.bulk_clients, args.starve_seconds + 4)
     flooder, flooded = start_load(url, flood, args.flood_clients, args.starve_seconds + 4)
@@ -236,9 +253,10 @@ def measure(url: str, args: argparse.Namespace, cap: int, workers: int) -> dict[
         "interactive_served_lanes": sorted(set(served)),
         "p99_bound_ms": idle_ms["p99_ms"] + batch_s * 1000,
         "p99_within_bound": loaded_ms["p99_ms"] <= idle_ms["p99_ms"] + batch_s * 1000,
-        "bulk_alone": {**alone, "tokens_per_s": alone_tps},
-        "bulk_with_queries": {**mixed, "tokens_per_s": mixed_tps},
+        "bulk_alone_tokens_per_s": alone_tps,
+        "bulk_with_queries_tokens_per_s": mixed_tps,
         "bulk_kept": mixed_tps / alone_tps,
+        "rounds": rounds,
         "starvation": {
             "seconds": args.starve_seconds,
             "window_s": args.window,
@@ -246,6 +264,8 @@ def measure(url: str, args: argparse.Namespace, cap: int, workers: int) -> dict[
             "windows": windows,
             "bulk_share_per_window": shares,
             "bulk_share_min": min(shares) if shares else None,
+            "bulk_share_overall": sum(w.get("bulk", 0.0) for w in windows)
+            / max(1.0, sum(w.get("bulk", 0.0) + w.get("interactive", 0.0) for w in windows)),
             "bulk": {**starved, "tokens_per_s": starved["tokens"] / starved["seconds"]},
             "flood": floods,
         },
@@ -255,34 +275,46 @@ def measure(url: str, args: argparse.Namespace, cap: int, workers: int) -> dict[
 def report(row: dict[str, Any], args: argparse.Namespace) -> str:
     idle, loaded = row["interactive_idle"], row["interactive_under_bulk"]
     starve = row["starvation"]
+    errors = sum(
+        r["bulk_alone"]["errors"] + r["bulk_with_queries"]["errors"] for r in row["rounds"]
+    )
     shares = ", ".join(f"{s:.2f}" for s in starve["bulk_share_per_window"])
     return (
         "# Priority lanes under load\n\n"
-        f"`python benchmarks/lanes.py --seconds {args.seconds:g} --starve-seconds "
-        f"{args.starve_seconds:g}` on {os.cpu_count()} cores (a shared, busy host): the packaged "
+        f"`python benchmarks/lanes.py --seconds {args.seconds:g} --rounds {args.rounds} "
+        f"--starve-seconds {args.starve_seconds:g} --window {args.window:g}` on "
+        f"{os.cpu_count()} cores (a shared, busy host): the packaged "
         f"MiniLM, default backend, {row['forward_workers']} forward workers, bulk batches "
         f"capped at {row['bulk_batch_tokens']} tokens (one such batch: "
         f"{row['one_capped_bulk_batch_ms']:.0f} ms at the bulk rate alone). Bulk: "
         f"{args.bulk_clients} clients x {args.bulk_texts} texts of {args.words} words "
         f"(`service_tier: flex`); queries: one text (`service_tier: priority`), "
-        f"{args.rate:g}/s, {args.queries} per phase.\n\n"
+        f"{args.rate:g}/s. {args.rounds} rounds of idle queries ({args.queries // 2}), bulk "
+        f"alone ({args.seconds:g} s), bulk with queries ({args.seconds:g} s, {args.queries} "
+        "queries); the percentiles pool the rounds.\n\n"
         "| one-text queries | p50 ms | p99 ms |\n| --- | --- | --- |\n"
         f"| idle | {idle['p50_ms']:.1f} | {idle['p99_ms']:.1f} |\n"
         f"| bulk saturating | {loaded['p50_ms']:.1f} | {loaded['p99_ms']:.1f} |\n\n"
         f"Bound (idle p99 + one capped bulk batch): {row['p99_bound_ms']:.0f} ms; "
         f"within: **{row['p99_within_bound']}**.\n\n"
-        "| bulk | tokens/s | requests | errors |\n| --- | --- | --- | --- |\n"
-        f"| alone | {row['bulk_alone']['tokens_per_s']:.0f} | "
-        f"{row['bulk_alone']['requests']:.0f} | {row['bulk_alone']['errors']:.0f} |\n"
-        f"| with queries | {row['bulk_with_queries']['tokens_per_s']:.0f} | "
-        f"{row['bulk_with_queries']['requests']:.0f} | "
-        f"{row['bulk_with_queries']['errors']:.0f} |\n\n"
-        f"Bulk kept **{row['bulk_kept']:.0%}** of its tokens/s alone (the bar: 90%).\n\n"
+        "| round | bulk alone tokens/s | bulk with queries tokens/s | kept | queries p99 ms |\n"
+        "| --- | --- | --- | --- | --- |\n"
+        + "".join(
+            f"| {k} | {r['bulk_alone']['tokens_per_s']:.0f} | "
+            f"{r['bulk_with_queries']['tokens_per_s']:.0f} | {r['bulk_kept']:.0%} | "
+            f"{r['interactive_under_bulk']['p99_ms']:.0f} |\n"
+            for k, r in enumerate(row["rounds"], 1)
+        )
+        + f"\nBulk kept **{row['bulk_kept']:.0%}** of its tokens/s alone over the rounds "
+        f"({row['bulk_with_queries_tokens_per_s']:.0f} of "
+        f"{row['bulk_alone_tokens_per_s']:.0f}; the bar: 90%); bulk requests failed: "
+        f"{errors:.0f}.\n\n"
         f"Starvation: {starve['flood_clients']} clients flooding the interactive lane "
         f"(requests of {args.flood_texts} texts, back to back) with the bulk load, "
         f"{starve['seconds']:g} s: bulk's share of the tokens forwarded per "
         f"{starve['window_s']:g} s window: {shares} (least "
-        f"**{starve['bulk_share_min']:.2f}**; its weight's share 0.10); bulk answered "
+        f"**{starve['bulk_share_min']:.2f}**, over the whole run "
+        f"**{starve['bulk_share_overall']:.3f}**; its weight's share 0.10); bulk answered "
         f"{starve['bulk']['tokens_per_s']:.0f} tokens/s, {starve['bulk']['errors']:.0f} "
         f"errors; the flood {starve['flood']['tokens'] / starve['seconds']:.0f} tokens/s, "
         f"{starve['flood']['errors']:.0f} errors.\n"
@@ -299,7 +331,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--queries", type=int, default=300, help="queries per phase")
     parser.add_argument("--rate", type=float, default=5.0, help="queries per second")
-    parser.add_argument("--seconds", type=float, default=60.0, help="bulk phases' length")
+    parser.add_argument("--seconds", type=float, default=40.0, help="bulk phases' length")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--bulk-clients", type=int, default=4)
     parser.add_argument("--bulk-texts", type=int, default=32, help="texts per bulk request")
     parser.add_argument("--words", type=int, default=48, help="words per bulk text")
