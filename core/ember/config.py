@@ -25,6 +25,7 @@ from ember.config_values import (
     choice,
     env_var,
     flag,
+    lane_weights,
     nice_level,
     split_values,
 )
@@ -37,6 +38,7 @@ from ember.defaults import (
 )
 from ember.errors import ConfigError
 from ember.families.registry import INSTRUCTIONS
+from ember.lanes import WEIGHTS
 from ember.models.catalogue import (
     CatalogueEntry,
     Residence,
@@ -123,6 +125,18 @@ class ServerSettings(BaseSettings):
     )
     request_timeout: float = Field(
         REQUEST_TIMEOUT, description="Seconds a request may wait; then 504."
+    )
+    lane_weights: str = Field(
+        ",".join(f"{w:g}" for w in WEIGHTS),
+        description="interactive,default,bulk: under saturation each waiting priority lane "
+        "gets its weight's share of the tokens forwarded; a light lane goes first "
+        "(docs/operations/lanes.md).",
+    )
+    bulk_batch_tokens: int = Field(
+        0,
+        description="A bulk-lane batch closes before its padded cost passes this, so that "
+        "a query waits at most about one bulk batch; 0 = auto: 512 on CPU, a quarter of "
+        "--max-batch-tokens on an accelerator.",
     )
     forward_workers: int = Field(
         0,
@@ -456,6 +470,12 @@ class ServerSettings(BaseSettings):
             max_batch_size=_positive_int("max_batch_size", pick("max_batch_size")),
             max_queue_size=_positive_int("max_queue_size", pick("max_queue_size")),
             request_timeout=self.request_timeout,
+            lane_weights=lane_weights("lane_weights", self.lane_weights),
+            bulk_batch_tokens=(
+                at_least_one("bulk_batch_tokens", self.bulk_batch_tokens)
+                if self.bulk_batch_tokens
+                else None
+            ),
             accept_token_ids=self.accept_token_ids,
             forward_workers=self.forward_workers,
             forward_nice=nice_level("forward_nice", self.forward_nice),

@@ -70,3 +70,17 @@ def buckets(name: str, value: str | None) -> tuple[int, ...] | None:
         return normalize_buckets(numbers)
     except ValueError as err:
         raise ConfigError(f"{flag(name)}: {err}") from None
+
+
+def lane_weights(name: str, value: str) -> tuple[float, float, float]:
+    """Three positive weights, interactive,default,bulk (``ember.engine.shares``)."""
+    try:
+        weights = tuple(float(x) for x in value.split(","))
+    except ValueError:
+        weights = ()
+    if len(weights) != 3 or not all(w > 0 for w in weights):
+        raise ConfigError(
+            f"{flag(name)} takes three positive numbers, interactive,default,bulk (as 9,3,1), "
+            f"got {value!r}"
+        )
+    return weights  # type: ignore[return-value]  # three, checked

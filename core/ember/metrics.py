@@ -51,6 +51,27 @@ class Metrics:
             buckets=_TIME_BUCKETS,
             registry=r,
         )
+        # Priority lanes (ember.lanes): what each lane has waiting, how long its inputs
+        # waited, and the tokens forwarded for it (rate(): its tokens/s).
+        self.lane_queued_tokens = Gauge(
+            "ember_lane_queued_tokens",
+            "Tokens (cost) of the inputs queued in each lane, not yet in a forward pass",
+            ["model", "lane"],
+            registry=r,
+        )
+        self.lane_wait_seconds = Histogram(
+            "ember_lane_wait_seconds",
+            "Seconds an input waited in its lane's queue before its batch was formed",
+            ["model", "lane"],
+            buckets=_TIME_BUCKETS,
+            registry=r,
+        )
+        self.lane_tokens = Counter(
+            "ember_lane_tokens",
+            "Tokens (real cost) forwarded per lane; its rate is the lane's tokens/s",
+            ["model", "lane"],
+            registry=r,
+        )
         self.failed_batches = Counter(
             "ember_failed_batches", "Forward passes that raised", ["model"], registry=r
         )

@@ -26,10 +26,14 @@ from tests.conftest import API_KEY, MINILM_B_KEY
 from tests.support import ServerProcess, start_server
 
 OTHER_MODEL, ADMIN, LATE = "sk-other-model", "sk-ops", "sk-late"
+INDEXER, APP = "sk-indexer", "sk-app"  # a bulk key (its ceiling), an interactive one
 MORE_KEYS = (
     f'[[keys]]\nname = "other-model"\nhash = "{hash_key(OTHER_MODEL)}"\n'
     'models = ["bge"]\nroutes = ["/v1/embeddings", "/tokenize", "/v1/models", "/info"]\n'
     f'[[keys]]\nname = "ops"\nhash = "{hash_key(ADMIN)}"\nadmin = true\n'
+    f'[[keys]]\nname = "indexer"\nhash = "{hash_key(INDEXER)}"\n'
+    'priority = "bulk"\npriority_ceiling = "bulk"\n'
+    f'[[keys]]\nname = "app"\nhash = "{hash_key(APP)}"\npriority = "interactive"\n'
 )
 
 
@@ -132,6 +136,46 @@ def test_a_key_gets_403_for_a_model_or_route_it_may_not_use(keyed) -> None:
     assert httpx.get(server.url + "/admin/usage").status_code == 401
     usage = _usage(server)["other-model"]
     assert usage["statuses"] == {"403": 5} and usage["inputs"] == 0
+
+
+def test_a_keys_lane_ceiling_caps_its_claims_and_the_served_tier_is_echoed(keyed) -> None:
+    """Lanes (docs/operations/lanes.md): a bulk key claiming the interactive lane is served bulk, by
+    the body (OpenAI's service_tier, vLLM's priority) or the header; the tier is echoed
+    in OpenAI's answer and the lane in X-Ember-Priority on every route."""
+    server, _ = keyed
+
+    def post(key: str, path: str, body: dict, **headers: str) -> httpx.Response:
+        answer = httpx.post(server.url + path, json=body, headers={**bearer(key), **headers})
+        assert answer.status_code == 200, answer.text
+        return answer
+
+    cases = [  # key, extra body fields, header, served tier
+        (INDEXER, {"service_tier": "priority"}, {}, "flex"),
+        (INDEXER, {"priority": -1}, {}, "flex"),
+        (INDEXER, {}, {"X-Ember-Priority": "interactive"}, "flex"),
+        (APP, {}, {}, "priority"),  # the key's default
+        (APP, {"priority": 5}, {}, "flex"),  # a later lane may always be claimed
+        (APP, {"service_tier": "auto"}, {"X-Ember-Priority": "bulk"}, "default"),  # body first
+        (APP, {}, {"X-Ember-Priority": "flex"}, "flex"),
+    ]
+    lanes = {"priority": "interactive", "default": "default", "flex": "bulk"}
+    for key, fields, headers, tier in cases:
+        answer = post(key, "/v1/embeddings", {**BODY, **fields}, **headers)
+        assert answer.json()["service_tier"] == tier, (key, fields, headers)
+        assert answer.headers["x-ember-priority"] == lanes[tier]
+    tei = post(INDEXER, "/embed", {"inputs": "a fox", "priority": -1})
+    assert tei.headers["x-ember-priority"] == "bulk"
+    score = {"text_1": "a fox", "text_2": "a dog", "priority": -5}  # vLLM's, cosine here
+    assert post(INDEXER, "/score", score).headers["x-ember-priority"] == "bulk"
+    assert post(APP, "/score", score).headers["x-ember-priority"] == "interactive"
+    bad = httpx.post(
+        server.url + "/v1/embeddings",
+        json=BODY,
+        headers={**bearer(APP), "X-Ember-Priority": "soon"},
+    )
+    assert bad.status_code == 400 and "X-Ember-Priority" in bad.text
+    bulk = _metric(server, 'ember_lane_tokens_total{lane="bulk",model="minilm"}')
+    assert bulk >= 7 * 5  # seven bulk answers above, five tokens or more each
 
 
 def test_a_key_limited_to_one_model_lists_only_that_one(cache_server: ServerProcess) -> None:

@@ -77,6 +77,9 @@ def _write_batch(path: Path) -> list[str]:
     return lines
 
 
+BULK = {"X-Ember-Priority": "bulk"}  # batch lines' lane (docs/operations/lanes.md)
+
+
 def _stable(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _stable(v) for k, v in value.items() if k not in VOLATILE}
@@ -179,7 +182,8 @@ def test_killed_batch_resumes_with_every_custom_id_once(
                 continue
             request = json.loads(sent[k])
             assert out[k]["custom_id"] == request["custom_id"]
-            want = client.post(request["url"], json=request["body"])
+            # a batch line runs in the bulk lane: its answer is the route's to a bulk request
+            want = client.post(request["url"], json=request["body"], headers=BULK)
             assert want.status_code == out[k]["response"]["status_code"] == 200
             assert _same(_stable(out[k]["response"]["body"]), _stable(want.json())), request
 
@@ -242,7 +246,7 @@ async def test_rerank_and_score_lines_answer_as_their_routes(
     assert out[:2] == [json.loads(line) for line in written[:2]]  # kept, not run again
     with server.client() as client:
         for o, (_, url, body) in zip(out[: len(requests)], requests, strict=True):
-            want = client.post(url, json=body)
+            want = client.post(url, json=body, headers=BULK)
             assert o["response"]["status_code"] == want.status_code
             if want.status_code == 200:
                 assert _same(_stable(o["response"]["body"]), _stable(want.json())), url

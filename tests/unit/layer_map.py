@@ -36,6 +36,7 @@ BANDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "ember.defaults",
             "ember.batch",
             "ember.callers",
+            "ember.lanes",
             "ember.prompts",
             "ember.logs",
             "ember.metrics",

@@ -51,6 +51,8 @@ from ember.defaults import DEFAULT_MODEL_NAME
 from ember.engine.array import EngineArray
 from ember.engine.residency import Slot
 from ember.errors import EmberError, Unavailable, error_body
+from ember.lanes import HEADER, LANE_NAMES
+from ember.lanes import current as current_lane
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +66,19 @@ TIMING_HEADERS: dict[str, Any] = {
         "x-total-time",
     )
 }
-TIMING_HEADERS["x-ember-truncated"] = {
-    "schema": {"type": "string"},
-    "description": "Inputs cut to the model's maximum length (0: none): nothing is truncated "
-    "without this trace.",
+# What every model route's answer carries: its timings, the inputs it cut and the lane it
+# was served in.
+REPLY_HEADERS: dict[str, Any] = {
+    **TIMING_HEADERS,
+    "x-ember-truncated": {
+        "schema": {"type": "string"},
+        "description": "Inputs cut to the model's maximum length (0: none): nothing is "
+        "truncated without this trace.",
+    },
+    HEADER: {
+        "schema": {"type": "string", "enum": list(LANE_NAMES)},
+        "description": "The priority lane the request was served in (docs/operations/lanes.md).",
+    },
 }
 
 
@@ -165,6 +176,7 @@ async def run_operation(
         "x-serialization-time": _ms(serialize),
         "x-total-time": _ms(time.perf_counter() - started),
         "x-ember-truncated": str(t.truncated),
+        HEADER: current_lane().label,  # the lane served (ember.lanes), after the key's ceiling
     }
     return Response(content, media_type="application/json", headers=headers)
 
@@ -350,7 +362,7 @@ def create_app(
                     200: {
                         "model": route.answer,
                         "description": "Success",
-                        "headers": TIMING_HEADERS,
+                        "headers": REPLY_HEADERS,
                     },
                     **error_responses(route.errors),
                 },
@@ -500,6 +512,7 @@ def create_app(
                 "x-queue-time",
                 "x-request-id",
                 "x-ember-truncated",
+                HEADER,
             ],
         )
     app.entry = RequestIds(traced_requests(app.entry))  # outermost: every answer has the id

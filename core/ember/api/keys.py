@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -46,6 +46,7 @@ else:  # the same parser, before it joined the standard library
 
 from ember.api.limits import TokenBucket, retry_after
 from ember.errors import ConfigError, Forbidden, RateLimited, Unauthorized
+from ember.lanes import Lane, LaneRule
 from ember.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -62,9 +63,14 @@ def hash_key(key: str) -> str:
     return HASH_PREFIX + hashlib.sha256(key.encode()).hexdigest()
 
 
+LaneName = Literal["interactive", "default", "bulk"]
+
+
 class KeyEntry(BaseModel):
     """One ``[[keys]]`` table of the file. Absent limits are no limit; a burst defaults to
-    one second's worth of its rate (at least 1)."""
+    one second's worth of its rate (at least 1). ``priority``: the lane of the key's
+    requests that claim none; ``priority_ceiling``: the soonest lane they may claim (a
+    claim sooner is served there); absent, the default lane and no ceiling."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -80,6 +86,24 @@ class KeyEntry(BaseModel):
     tokens_per_second: float | None = Field(None, gt=0)
     tokens_burst: float | None = Field(None, ge=1)
     max_concurrent: int | None = Field(None, ge=1)
+    priority: LaneName | None = None
+    priority_ceiling: LaneName | None = None
+
+    @model_validator(mode="after")
+    def _lanes(self) -> KeyEntry:
+        if self.priority is not None and Lane[self.priority.upper()] < self.lanes.ceiling:
+            raise ValueError(
+                f"priority {self.priority!r} is sooner than priority_ceiling "
+                f"{self.priority_ceiling!r}: its own requests could not be served there"
+            )
+        return self
+
+    @property
+    def lanes(self) -> LaneRule:
+        """The key's lane rule (``ember.lanes``)."""
+        ceiling = Lane[(self.priority_ceiling or "interactive").upper()]
+        default = Lane[(self.priority or "default").upper()]
+        return LaneRule(default=max(default, ceiling), ceiling=ceiling)
 
 
 class KeysFile(BaseModel):

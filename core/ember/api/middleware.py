@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -17,6 +18,7 @@ from ember.api.errors import ember_error_response
 from ember.api.keys import ADMIN_PATHS, Key, KeyStore
 from ember.callers import CALLER
 from ember.errors import EmberError, Forbidden, PayloadTooLarge, error_body
+from ember.lanes import HEADER, RULE, LaneRule, parse
 from ember.metrics import Metrics
 
 Scope = MutableMapping[str, Any]
@@ -30,6 +32,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # ``POST /`` model route. An adapter that adds a probe of its own declares it
 # (``create_app(open_paths=...)``).
 OPEN_METHODS = frozenset({"GET", "HEAD"})
+HEADER_BYTES = HEADER.encode()  # X-Ember-Priority, as ASGI spells header names
 LIVENESS = "/livez"  # Kubernetes' and BentoML's name for the liveness probe
 # The operations routes: probes and the metrics scrape, what must answer even when every
 # ordinary connection slot is taken (``ember.api.connections``' reserve).
@@ -106,6 +109,16 @@ def replay_receive(messages: list[Message], receive: Receive) -> Receive:
     return replayed
 
 
+def lane_rule(scope: Scope, key: Key | None) -> LaneRule:
+    """The request's lane rule: its key's (none: the default lane, no ceiling), the
+    ``X-Ember-Priority`` header's lane as the default of a body that claims none."""
+    rule = LaneRule() if key is None else key.entry.lanes
+    for name, value in scope.get("headers", ()):
+        if name == HEADER_BYTES:
+            return replace(rule, default=parse(value.decode("latin-1"), "X-Ember-Priority"))
+    return rule
+
+
 class EdgeMiddleware:
     def __init__(
         self,
@@ -152,13 +165,16 @@ class EdgeMiddleware:
                 key.admit(path)
                 admitted = True
             receive = await self._limited(scope, receive)
+            rule = lane_rule(scope, key)
         except EmberError as exc:
             await ember_error_response(exc)(scope, receive, send_tracking)
         else:
             caller = CALLER.set(key)  # the engine checks the model and reports usage to it
+            lanes = RULE.set(rule)  # the route resolves the body's lane claim against it
             try:
                 await self.app(scope, receive, send_tracking)
             finally:
+                RULE.reset(lanes)
                 CALLER.reset(caller)
         finally:
             if key is not None:

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar, get_args, get_type_hints
 from ember.api.dialects import Translator
 from ember.engine import EngineArray, Timings
 from ember.errors import PayloadTooLarge
+from ember.lanes import claimed, serve
 
 A = TypeVar("A")  # the answer: a dialect's response model
 Operation = Callable[[EngineArray, Any, int], Awaitable["Reply[Any]"]]
@@ -38,9 +39,11 @@ def check_batch(count: int, limit: int, param: str) -> None:
 
 
 async def run(translator: Translator, engines: EngineArray, body: Any, limit: int) -> Reply:
-    """One model route: the body's inputs held to ``limit``, its model picked, decoded into
-    an engine request, run, and the result encoded in the body's dialect."""
+    """One model route: the body's inputs held to ``limit``, its lane claim resolved
+    against its key's (``ember.lanes``), its model picked, decoded into an engine request,
+    run, and the result encoded in the body's dialect."""
     check_batch(translator.count(body), limit, translator.named(body))
+    serve(claimed(body.priority, body.service_tier))
     engine = engines.for_task(body.model, translator.pick(body))
     async with engines.serving(engine, body.keep_alive) as engine:  # loaded, held
         result = await translator.call(engine, translator.decode(body, engine))

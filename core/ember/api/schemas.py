@@ -52,11 +52,29 @@ KeepAlive = Annotated[
 ]
 
 
-class _Body(BaseModel):
+class _Part(BaseModel):
+    """A part of a body (a document, a parameters object)."""
+
     # Clients send fields we do not use (OpenAI's `user`, Cohere's `max_chunks_per_doc`).
     model_config = ConfigDict(extra="ignore")
 
+
+class _Body(_Part):
+    """A route's body: every route takes a priority lane claim (``ember.lanes``) and
+    Ollama's ``keep_alive`` (models on demand)."""
+
     keep_alive: KeepAlive = None
+
+    priority: StrictInt | None = Field(
+        None,
+        description="vLLM's field: lower is sooner; below 0 the interactive lane, 0 the "
+        "default lane, above 0 bulk. The API key's ceiling caps what it may claim.",
+    )
+    service_tier: Literal["auto", "default", "flex", "priority"] | None = Field(
+        None,
+        description="OpenAI's field (before `priority`): priority is the interactive lane, "
+        "default or auto the default lane, flex bulk. The served tier is echoed.",
+    )
 
 
 INSTRUCTION = (

@@ -22,7 +22,12 @@ from ember.callers import charge
 from ember.capabilities import Modality, Output
 from ember.cpu import lower_thread_priority
 from ember.engine.admission import TextCost
-from ember.engine.batcher import Batcher, padding_budget_for, representative_tokens_for
+from ember.engine.batcher import (
+    Batcher,
+    bulk_tokens_for,
+    padding_budget_for,
+    representative_tokens_for,
+)
 from ember.engine.cache import EmbeddingCache, embed_through, model_identity
 from ember.engine.forward import Piece, load_at_priority, run_batch
 from ember.engine.long_inputs import LongInputs
@@ -30,6 +35,7 @@ from ember.engine.long_rerank import LongRerank, Pair
 from ember.engine.prepare import Prepare, Preparer
 from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest
 from ember.engine.result import Result, Timings
+from ember.engine.shares import LanePolicy
 from ember.engine.start_failure import start_failure
 from ember.engine.text_inputs import TextInputs
 from ember.engine.warm_up import warm_up
@@ -38,6 +44,7 @@ from ember.families.base import Family
 from ember.families.resolve import resolve_model
 from ember.heads.base import Head
 from ember.heads.build import build_heads
+from ember.lanes import current as current_lane
 from ember.media.budget import MediaBudget
 from ember.metrics import Metrics
 from ember.models.score_activation import served_activation
@@ -151,6 +158,11 @@ class Engine:
             padding=backend.padding or padding_budget_for(backend.info.device),
             representative_tokens=representative_tokens_for(
                 backend.info.device, self.spec.max_batch_tokens
+            ),
+            lanes=LanePolicy(
+                self.spec.lane_weights,
+                self.spec.bulk_batch_tokens
+                or bulk_tokens_for(backend.info.device, self.spec.max_batch_tokens),
             ),
         )
         self.batcher.start()
@@ -411,7 +423,9 @@ class Engine:
             if time.perf_counter() >= deadline:
                 raise asyncio.TimeoutError
             pieces = [Piece(t, output) for t in tokens]
-            futures = self.batcher.submit(pieces, reserved=count, deadline=deadline)
+            futures = self.batcher.submit(
+                pieces, reserved=count, deadline=deadline, lane=current_lane()
+            )
             submitted = True
             remaining = max(0.0, deadline - time.perf_counter())
             gathered = asyncio.gather(*futures)

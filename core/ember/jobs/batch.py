@@ -48,6 +48,7 @@ from ember.jobs.batch_results import (
 from ember.jobs.inputs import InputSpec
 from ember.jobs.lock import LOCK, hold_output
 from ember.jobs.runner import JobOptions, job_identity, job_settings
+from ember.lanes import bulk_by_default
 from ember.platform import dispatch_route
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,7 @@ def _weight(body: Any) -> int:
     )
 
 
+@bulk_by_default
 async def run_batch_job(
     engines: EngineArray,
     source: Path,

@@ -35,6 +35,7 @@ from ember.jobs.lock import hold_output
 from ember.jobs.refusals import embed_each, split_refused
 from ember.jobs.shards import embedding_array, rows_table
 from ember.jobs.writer import JobRun, JobSummary, LayOut
+from ember.lanes import bulk_by_default
 from ember.models.spec import ModelSpec
 from ember.outputs import embeds
 
@@ -276,6 +277,7 @@ async def run_embed_job(engine: Engine, source: InputSpec, options: JobOptions) 
         return await _embed_held(engine, source, options)
 
 
+@bulk_by_default
 async def _embed_held(engine: Engine, source: InputSpec, options: JobOptions) -> JobSummary:
     """``run_embed_job`` once this process holds the output directory."""
     output = choose_output(engine, options.output_kind)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from ember.backend_settings import BackendSettings
+from ember.lanes import WEIGHTS
 from ember.outputs import Activation
 
 if TYPE_CHECKING:
@@ -51,6 +52,8 @@ class ModelSpec:
     max_batch_size: int = MAX_BATCH_SIZE
     max_queue_size: int = MAX_QUEUE_SIZE
     request_timeout: float = REQUEST_TIMEOUT
+    lane_weights: tuple[float, float, float] = WEIGHTS  # interactive, default, bulk
+    bulk_batch_tokens: int | None = None  # a bulk batch's padded cost cap; None: by device
     accept_token_ids: bool = True  # token-id input on /v1/embeddings (--accept-token-ids)
     forward_workers: int = 0  # 0: auto (see ember.cpu.cpu_forward_plan)
     forward_nice: int = FORWARD_NICE  # forward threads' nice increment (ember.cpu)

@@ -30,7 +30,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ember.api.dialects import Translator, Usage, of, usage
 from ember.api.dialects.long_documents import LongDocumentFields, long_document_options
 from ember.api.dialects.long_rerank import LongRerankFields, RerankChunk, chunk_of
-from ember.api.schemas import INSTRUCTION, NonEmptyText, PositiveInt, StrictBool, _Body
+from ember.api.schemas import (
+    INSTRUCTION,
+    NonEmptyText,
+    PositiveInt,
+    StrictBool,
+    _Body,
+    _Part,
+)
 from ember.capabilities import Capability, Modality
 from ember.engine import Engine, Result
 from ember.engine.requests import EmbedRequest
@@ -342,7 +349,7 @@ def cohere_chunks(output: ChunkedVectors, types: list[str] | None) -> list[list[
     return out
 
 
-class RerankDocument(_Body):
+class RerankDocument(_Part):
     text: NonEmptyText
 
 

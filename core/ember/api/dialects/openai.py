@@ -31,6 +31,8 @@ from ember.engine import Engine, EngineArray, Result
 from ember.engine.requests import EmbedRequest
 from ember.errors import BadRequest
 from ember.heads.quantize import encode_embeddings
+from ember.lanes import SERVED_TIER
+from ember.lanes import current as current_lane
 from ember.models.spec import ResolvedModel
 from ember.outputs import (
     ChunkedVectors,
@@ -112,6 +114,9 @@ class EmbeddingsResponse(BaseModel):
     usage: Usage
     id: str = Field(description="Infinity's: unique per answer.")
     created: int = Field(description="Infinity's: Unix seconds.")
+    service_tier: Literal["priority", "default", "flex"] = Field(
+        description="OpenAI's: the tier (priority lane) the request was served in."
+    )
 
 
 # Which capability a request's modality needs, to pick a model when none is named.
@@ -152,36 +157,29 @@ def embeddings_body(engine: Engine, result: Result, base64: bool) -> EmbeddingsR
     output = result.output
     vectors: list
     if isinstance(output, ChunkedVectors):
-        return of(
-            EmbeddingsResponse,
-            object="list",
-            data=[
-                of(
-                    EmbeddingItem,
-                    object="embedding",
-                    embedding=vector,
-                    index=i,
-                    chunks=chunk_items(output, i, base64),
-                )
-                for i, vector in enumerate(document_vectors(output, base64))
-            ],
-            model=engine.name,
-            usage=usage(result.prompt_tokens),
-            id=str(uuid.uuid4()),
-            created=int(time.time()),
-        )
-    if isinstance(output, SparseVectors):
-        vectors = [of(SparseEmbedding, **v.as_dict()) for v in output.vectors]
-    elif base64 and isinstance(output, DenseVectors | MultiVectors):  # multi: [k, d] flattened
-        vectors = output.base64_rows()
-    elif dtype != "float32" and isinstance(output, DenseVectors):  # --embedding-dtype
-        vectors = encode_embeddings(output.vectors, [dtype])[dtype]
+        data = [
+            of(
+                EmbeddingItem,
+                object="embedding",
+                embedding=vector,
+                index=i,
+                chunks=chunk_items(output, i, base64),
+            )
+            for i, vector in enumerate(document_vectors(output, base64))
+        ]
     else:
-        vectors = list(result.outputs)
-    data = [
-        of(EmbeddingItem, object="embedding", embedding=vec, index=i)
-        for i, vec in enumerate(vectors)
-    ]
+        if isinstance(output, SparseVectors):
+            vectors = [of(SparseEmbedding, **v.as_dict()) for v in output.vectors]
+        elif base64 and isinstance(output, DenseVectors | MultiVectors):  # multi: [k, d]
+            vectors = output.base64_rows()
+        elif dtype != "float32" and isinstance(output, DenseVectors):  # --embedding-dtype
+            vectors = encode_embeddings(output.vectors, [dtype])[dtype]
+        else:
+            vectors = list(result.outputs)
+        data = [
+            of(EmbeddingItem, object="embedding", embedding=vec, index=i)
+            for i, vec in enumerate(vectors)
+        ]
     return of(
         EmbeddingsResponse,
         object="list",
@@ -190,6 +188,7 @@ def embeddings_body(engine: Engine, result: Result, base64: bool) -> EmbeddingsR
         usage=usage(result.prompt_tokens),
         id=str(uuid.uuid4()),  # Infinity's fields, read by its generated client
         created=int(time.time()),
+        service_tier=SERVED_TIER[current_lane()],
     )
 
 

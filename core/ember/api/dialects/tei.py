@@ -55,6 +55,7 @@ from ember.api.schemas import (
     StrictInt,
     TokenIds,
     _Body,
+    _Part,
 )
 from ember.capabilities import Capability
 from ember.engine import Engine, EngineArray, Result, Timings
@@ -142,12 +143,12 @@ class DecodeRequest(_Body):
     model: str | None = None
 
 
-class SimilarityInputs(_Body):
+class SimilarityInputs(_Part):
     source_sentence: NonEmptyText
     sentences: Annotated[list[NonEmptyText], Field(min_length=1)]
 
 
-class SimilarityParameters(_Body):
+class SimilarityParameters(_Part):
     truncate: StrictBool = True
     truncation_direction: Direction = "right"
     prompt_name: str | None = None
@@ -161,7 +162,7 @@ class SimilarityRequest(_Body):
     model: str | None = None
 
 
-class ClassificationParameters(_Body):
+class ClassificationParameters(_Part):
     """The Inference API's text-classification parameters (``InferenceClient`` sends them)."""
 
     function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
