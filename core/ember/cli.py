@@ -67,6 +67,7 @@ UNITS = {
     "max_client_batch_size": "INPUTS",
     "max_image_side": "PIXELS",
     "forward_nice": "NICE",
+    "idle_unload": "SECONDS",
 }
 
 

@@ -36,7 +36,10 @@ TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 
 
 def _duration(value: Any) -> Any:
-    """A ``keep_alive`` string as seconds (one that is no duration: 422)."""
+    """A ``keep_alive`` string as seconds (one that is no duration: 422); true or false is
+    no duration either (the lax float would read them as 1 and 0)."""
+    if isinstance(value, bool):
+        raise ValueError("keep_alive is seconds or a duration such as '5m', not true or false")
     return duration_seconds(value) if isinstance(value, str) else value
 
 

@@ -183,7 +183,7 @@ class Residency:
 
     # ---- facts ---------------------------------------------------------------------------
     def slot(self, engine: Engine) -> Slot:
-        return next(s for s in self.slots if s.spec is engine.spec)
+        return next(s for s in self.slots if s.engine is engine or s.spec is engine.spec)
 
     def named(self, name: str) -> Slot | None:
         return next((s for s in self.slots if s.name == name or s.engine.name == name), None)
