@@ -28,7 +28,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ember.api.dialects import Translator, Usage, of, usage
-from ember.api.dialects.long_documents import LongDocumentFields, long_document_options
+from ember.api.dialects.long_documents import (
+    LongDocumentFields,
+    chunk_places,
+    long_document_options,
+)
 from ember.api.dialects.long_rerank import LongRerankFields, RerankChunk, chunk_of
 from ember.api.schemas import (
     INSTRUCTION,
@@ -323,29 +327,20 @@ class Embed(Translator[CohereEmbedRequest, EmbedRequest]):
 def cohere_chunks(output: ChunkedVectors, types: list[str] | None) -> list[list[CohereChunk]]:
     """Each text's chunks, their vectors as the body's ``embedding_types`` ask."""
     out = []
-    for i, spans in enumerate(output.spans):
-        vectors = output.chunks[i]
+    for i, vectors in enumerate(output.chunks):
         by_type = encode_embeddings(vectors, types) if types is not None else None
-        texts = output.texts[i] if output.texts is not None else None
-        items = []
-        for k, span in enumerate(spans):
-            embedding: Any = (
-                to_float(vectors[k : k + 1])[0]
-                if by_type is None
-                else of(EmbeddingVector, **{t: rows[k] for t, rows in by_type.items()})
-            )
-            fields: dict[str, Any] = dict(
-                index=k,
-                embedding=embedding,
-                char_start=span.char_start,
-                char_end=span.char_end,
-                token_start=span.token_start,
-                token_end=span.token_end,
-            )
-            if texts is not None:
-                fields["text"] = texts[k]
-            items.append(of(CohereChunk, **fields))
-        out.append(items)
+        out.append(
+            [
+                of(
+                    CohereChunk,
+                    embedding=to_float(vectors[k : k + 1])[0]
+                    if by_type is None
+                    else of(EmbeddingVector, **{t: rows[k] for t, rows in by_type.items()}),
+                    **fields,
+                )
+                for k, fields in enumerate(chunk_places(output, i))
+            ]
+        )
     return out
 
 

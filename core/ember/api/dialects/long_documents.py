@@ -91,15 +91,14 @@ class ChunkItem(BaseModel):
     text: str | None = None
 
 
-def chunk_items(output: ChunkedVectors, item: int, base64: bool) -> list[ChunkItem]:
-    """Input ``item``'s chunks as answer items."""
-    vectors: np.ndarray = output.chunks[item]
+def chunk_places(output: ChunkedVectors, item: int) -> list[dict[str, Any]]:
+    """Input ``item``'s chunks as answer fields, their vectors left to the dialect: index,
+    offsets and (when asked) text."""
     texts = output.texts[item] if output.texts is not None else None
     out = []
     for k, span in enumerate(output.spans[item]):
         fields: dict[str, Any] = dict(
             index=k,
-            embedding=to_base64(vectors[k]) if base64 else vectors[k],
             char_start=span.char_start,
             char_end=span.char_end,
             token_start=span.token_start,
@@ -107,8 +106,17 @@ def chunk_items(output: ChunkedVectors, item: int, base64: bool) -> list[ChunkIt
         )
         if texts is not None:
             fields["text"] = texts[k]
-        out.append(of(ChunkItem, **fields))
+        out.append(fields)
     return out
+
+
+def chunk_items(output: ChunkedVectors, item: int, base64: bool) -> list[ChunkItem]:
+    """Input ``item``'s chunks as answer items."""
+    vectors: np.ndarray = output.chunks[item]
+    return [
+        of(ChunkItem, embedding=to_base64(vectors[k]) if base64 else vectors[k], **fields)
+        for k, fields in enumerate(chunk_places(output, item))
+    ]
 
 
 def document_vectors(output: ChunkedVectors, base64: bool) -> list[Any]:
