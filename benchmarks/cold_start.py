@@ -11,7 +11,9 @@ share, which no change to the image moves), then "imports" from there (from the 
 a venv) to uvicorn's "Started server process" line (Python, Ember, FastAPI and uvicorn
 imported, the app built), "load" and "warm-up" from the engine's ``ready`` line (the
 backend's load, the near-exact decision included, and the warm-up batches), "ready" to the
-first 200 on /ready, "first answer" to the first /v1/embeddings reply. A venv's first start
+first 200 on /ready, "first answer" to the first /v1/embeddings reply. The first model's load
+begins before the HTTP stack is imported and runs beside it (``EngineArray.begin_first_load``),
+so "load" overlaps "imports" and the parts add up to more than "ready". A venv's first start
 (graph built) is reported apart from the later ones (graph cached). Figures go to
 benchmarks/results/, not to asserts: they are this host's.
 """

@@ -85,6 +85,10 @@ class EngineArray:
             residency_limits=settings.residency_limits(),
         )
 
+    def begin_first_load(self) -> None:
+        """Begin the first eager model's load before an event loop runs (``Residency``)."""
+        self.residency.begin_first_load()
+
     async def start(self) -> None:
         """Load the eager models, one at a time (loading is memory- and CPU-bound)."""
         await self.residency.start()

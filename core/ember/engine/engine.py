@@ -12,7 +12,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -29,7 +30,7 @@ from ember.engine.batcher import (
     representative_tokens_for,
 )
 from ember.engine.cache import EmbeddingCache, embed_through, model_identity
-from ember.engine.forward import Piece, load_at_priority, run_batch
+from ember.engine.forward import Piece, at_priority, run_batch
 from ember.engine.long_inputs import LongInputs
 from ember.engine.long_rerank import LongRerank, Pair
 from ember.engine.prepare import Prepare, Preparer
@@ -60,6 +61,23 @@ def _served(inputs: int, result: Result) -> Result:
     its inputs/tokens rate limits): what a request served, counted once per engine call."""
     charge(inputs, result.prompt_tokens)
     return result
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """A load's work off the event loop (``Engine.begin_load``), and its seconds."""
+
+    model: ResolvedModel
+    backend: Backend
+    processor: TextProcessor
+    heads: dict[Output, Head]
+    identity: str | None  # the cache keys' model part; None without a cache
+    seconds: float
+
+
+def _close_unused(loading: Future[_Loaded]) -> None:
+    if not loading.cancelled() and loading.exception() is None:
+        loading.result().backend.close()
 
 
 def _retrieved(future: asyncio.Future) -> None:
@@ -97,11 +115,56 @@ class Engine:
         self.text_cost = TextCost()  # characters per token, for admission by cost
         self.ready = False
         self.load_seconds = 0.0
+        self.load_began: float | None = None  # perf_counter: when this engine's load began
+        self._loading: Future[_Loaded] | None = None  # the load begun, not yet taken over
         self.warmup_seconds = 0.0
 
     # ---- lifecycle -------------------------------------------------------------------------
+    def begin_load(self) -> None:
+        """Begin resolving and loading the model now, on a thread at the forward priority;
+        ``start`` takes the load over. Needs no event loop: ``ember serve`` begins its first
+        model's load before it imports and builds the HTTP app, which the load overlaps
+        (ONNX Runtime's session is built outside the GIL)."""
+        if self._loading is None and not self.ready:
+            self.load_began = time.perf_counter()
+            name = f"load-{self.name}"
+            self._loading = at_priority(self._load_parts, self.spec.forward_nice, name)
+
+    def _load_parts(self) -> _Loaded:
+        """What a load builds with no event loop: the model resolved, its backend loaded,
+        its processor and heads. A failure past resolving is one line (``start_failure``)."""
+        started = time.perf_counter()
+        model = resolve_model(self.spec)
+        try:
+            backend = self._backend_loader(model)
+        except EmberError:
+            raise
+        except Exception as exc:
+            log.debug("loading model %s failed", model.served_name, exc_info=True)
+            raise start_failure(model, self.spec.backend, exc) from exc
+        try:
+            processor = build_processor(model, backend.max_length)
+            if processor.masks_positions and not backend.masked_positions:
+                raise ConfigError(
+                    f"model {model.served_name!r} returns query-expansion positions masked "
+                    f"from attention, which the {backend.info.name} backend as loaded does not "
+                    "compute (ct2 takes lengths; flash-attn drops masked positions); serve it "
+                    "with --backend onnx, or torch without flash-attn"
+                )
+            heads = build_heads(model)
+            identity = model_identity(model, backend.info) if self.cache is not None else None
+        except BaseException as exc:
+            backend.close()
+            if isinstance(exc, EmberError) or not isinstance(exc, Exception):
+                raise
+            log.debug("starting model %s failed", model.served_name, exc_info=True)
+            raise start_failure(model, backend.info.name, exc) from exc
+        seconds = time.perf_counter() - started
+        return _Loaded(model, backend, processor, heads, identity, seconds)
+
     async def start(self) -> None:
-        """Resolve, load and warm up; returns when the model can serve.
+        """Load (or take over the load ``begin_load`` began) and warm up; returns when the
+        model can serve.
 
         A failure that is not already a refusal in words (an exporter's, a network's or a
         library's own exception) ends the start as one line naming the model, its family
@@ -109,38 +172,31 @@ class Engine:
         at debug level."""
         if self.ready:
             return
-        started = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        model = await loop.run_in_executor(None, resolve_model, self.spec)
+        self.begin_load()
+        loading = self._loading
+        assert loading is not None
         try:
-            await self._start(model, started)
+            loaded = await asyncio.wrap_future(loading)
+        except asyncio.CancelledError:
+            raise  # still ``_loading``: ``stop`` closes what the load goes on to build
+        except BaseException:
+            self._loading = None
+            raise
+        self._loading = None
+        model, backend = loaded.model, loaded.backend
+        self.model, self.backend, self.processor = model, backend, loaded.processor
+        self.heads, self._identity = loaded.heads, loaded.identity
+        try:
+            await self._start(model, backend, loaded.seconds)
         except EmberError:
             raise
         except Exception as exc:
             log.debug("starting model %s failed", model.served_name, exc_info=True)
-            backend = self.backend.info.name if self.backend else self.spec.backend
-            raise start_failure(model, backend, exc) from exc
+            raise start_failure(model, backend.info.name, exc) from exc
 
-    async def _start(self, model: ResolvedModel, started: float) -> None:
-        loop = asyncio.get_running_loop()
-        backend = await load_at_priority(
-            self._backend_loader, model, self.spec.forward_nice, f"load-{self.name}"
-        )
-        self.model, self.backend = model, backend
-        self.processor = await loop.run_in_executor(
-            None, build_processor, model, backend.max_length
-        )
-        if self.processor.masks_positions and not backend.masked_positions:
-            backend.close()
-            raise ConfigError(
-                f"model {model.served_name!r} returns query-expansion positions masked from "
-                f"attention, which the {backend.info.name} backend as loaded does not compute "
-                "(ct2 takes lengths; flash-attn drops masked positions); serve it with "
-                "--backend onnx, or torch without flash-attn"
-            )
-        self.heads = await loop.run_in_executor(None, build_heads, model)
-        if self.cache is not None:
-            self._identity = await loop.run_in_executor(None, model_identity, model, backend.info)
+    async def _start(self, model: ResolvedModel, backend: Backend, load_seconds: float) -> None:
+        started = time.perf_counter()
+        assert self.processor is not None
         self.text_inputs = TextInputs(
             model, self.processor, accept_token_ids=self.spec.accept_token_ids
         )
@@ -177,7 +233,7 @@ class Engine:
             self._scored,
             self.metrics.truncated_inputs.labels(model.served_name).inc,
         )
-        self.load_seconds = time.perf_counter() - started
+        self.load_seconds = load_seconds + time.perf_counter() - started
         self.warmup_seconds = await warm_up(self)
         self.ready = True
         log.info(
@@ -195,6 +251,9 @@ class Engine:
 
     async def stop(self) -> None:
         self.ready = False
+        if self._loading is not None:  # a load begun and never taken over: closed when done
+            self._loading.add_done_callback(_close_unused)
+            self._loading = None
         if self.batcher:
             await self.batcher.stop()
         if self.backend:

@@ -4,20 +4,20 @@ the forward priority (``--forward-nice``)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from ember.backends.base import Backend
 from ember.batch import Features, TokenBatch, Tokens
 from ember.capabilities import Output
 from ember.cpu import lower_thread_priority
 from ember.heads.base import Head
-from ember.models.spec import ResolvedModel
 from ember.outputs import Row
 from ember.processors import TextProcessor
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +61,10 @@ def run_batch(
     return results
 
 
-async def load_at_priority(
-    loader: Callable[[ResolvedModel], Backend], model: ResolvedModel, nice: int, name: str
-) -> Backend:
-    """``loader(model)`` on a thread of its own at the forward priority: the pools a runtime
-    starts while loading (ORT's, CTranslate2's) inherit it, as the batcher's threads do."""
+def at_priority(work: Callable[[], T], nice: int, name: str) -> Future[T]:
+    """``work()`` begun on a thread of its own at the forward priority: the pools a runtime
+    starts while loading (ORT's, CTranslate2's) inherit it, as the batcher's threads do.
+    Needs no event loop, so a load can begin before the server's loop runs."""
     pool = ThreadPoolExecutor(
         max_workers=1,
         thread_name_prefix=name,
@@ -73,6 +72,6 @@ async def load_at_priority(
         initargs=(nice,),
     )
     try:
-        return await asyncio.get_running_loop().run_in_executor(pool, loader, model)
+        return pool.submit(work)
     finally:
-        pool.shutdown(wait=False)  # never block the loop on a load being abandoned
+        pool.shutdown(wait=False)  # never block the caller on a load being abandoned

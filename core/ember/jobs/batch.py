@@ -45,7 +45,7 @@ from ember.jobs.batch_results import (
     prefix_digest,
     seen_ids,
 )
-from ember.jobs.inputs import InputSpec
+from ember.jobs.inputs import BATCH_FORMAT, InputSpec
 from ember.jobs.lock import LOCK, hold_output
 from ember.jobs.runner import JobOptions, job_identity, job_settings
 from ember.lanes import bulk_by_default
@@ -53,7 +53,6 @@ from ember.platform import dispatch_route
 
 log = logging.getLogger(__name__)
 
-BATCH_FORMAT = "openai-batch"
 # Body fields whose lists are a line's inputs: what a line weighs in the in-flight window.
 _INPUT_FIELDS = ("input", "inputs", "texts", "documents", "text_1", "text_2", "images")
 

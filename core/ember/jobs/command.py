@@ -39,8 +39,7 @@ EMBED_FIELDS = (
 
 def add_embed_parser(sub: Any, add_settings_arguments: Callable[..., None]) -> None:
     """Register ``embed`` on the CLI's subparsers."""
-    from ember.jobs.batch import BATCH_FORMAT
-    from ember.jobs.inputs import FORMATS
+    from ember.jobs.inputs import BATCH_FORMAT, FORMATS
     from ember.jobs.runner import CHUNK_ROWS, IN_FLIGHT, SHARD_ROWS
 
     embed = sub.add_parser("embed", help=EMBED_HELP, description=EMBED_HELP)

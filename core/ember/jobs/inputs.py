@@ -22,6 +22,9 @@ from ember.errors import BadRequest
 
 Format = Literal["jsonl", "csv", "parquet", "text"]
 FORMATS: tuple[Format, ...] = ("jsonl", "csv", "parquet", "text")
+# An OpenAI batch file's format name (``ember.jobs.batch`` runs it): here, where the CLI's
+# parser reads it without importing the routes the batch job dispatches to.
+BATCH_FORMAT = "openai-batch"
 SUFFIXES: dict[str, Format] = {
     ".jsonl": "jsonl",
     ".ndjson": "jsonl",
