@@ -218,9 +218,12 @@ RUN python -m ensurepip --default-pip > /dev/null \
 ARG MODEL_ID=""
 ARG MODEL_REVISION=""
 # Baked models are named by their hub id and found in the working directory, /models.
+# A new container has no near-exact verdict cached (unless /data is kept): it serves
+# float32 at once and moves to bf16 when the check, run beside serving, passes.
 WORKDIR /models
 ENV EMBER_MODEL_ID=${MODEL_ID:-sentence-transformers/all-MiniLM-L6-v2} \
-    HF_HUB_OFFLINE=1
+    HF_HUB_OFFLINE=1 \
+    EMBER_NEAR_EXACT_CHECK=background
 # Bytecode for what serving imports, and only that (a read-only root cannot write it at
 # start): one load and warm-up of the baked models, the HTTP stack and the near-exact path.
 RUN EMBER_CACHE_DIR=/tmp/warm EMBER_LOG_LEVEL=warning ember serve --preload-only \

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 BACKENDS = ("auto", *BACKEND_NAMES)
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16", "int8")
+NEAR_EXACT_CHECKS = ("start", "background")  # when the near-exact check runs (near_exact)
 # /v1/embeddings' vector types: Infinity's names for Cohere's types (ember.heads.quantize).
 EMBEDDING_DTYPES = ("float32", "int8", "uint8", "binary", "ubinary")
 
@@ -98,6 +99,14 @@ class ServerSettings(BaseSettings):
         "int8 on a CPU is the fast tier (openvino int8 where the CPU has VNNI, its bf16 where "
         "it has AMX, which runs that faster, else onnx int8).",
         "auto",
+    )
+    near_exact_check: str = Field(
+        "start",
+        description="start|background: when a model's near-exact (bf16) check runs where its "
+        "verdict is not cached under --cache-dir. start: before the model serves (each new "
+        "container without a kept /data pays it: ~12 s for MiniLM on 2 cores); background: "
+        "the model serves float32 at once and moves to bf16 when the check, run beside it, "
+        "passes.",
     )
     pooling: str | None = _per_model("auto|cls|mean|last|max; auto reads 1_Pooling.", "auto")
     embedding_dtype: str | None = _per_model(
@@ -461,6 +470,7 @@ class ServerSettings(BaseSettings):
             backend=choice("backend", pick("backend") or "auto", BACKENDS),
             device=choice("device", pick("device") or "auto", DEVICES),
             dtype=choice("dtype", pick("dtype") or "auto", DTYPES),
+            near_exact_check=choice("near_exact_check", self.near_exact_check, NEAR_EXACT_CHECKS),
             pooling=None if pooling == "auto" else pooling,  # type: ignore[arg-type]
             embedding_dtype=choice(
                 "embedding_dtype", pick("embedding_dtype") or "float32", EMBEDDING_DTYPES

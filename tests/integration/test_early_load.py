@@ -84,6 +84,8 @@ def test_the_first_model_loads_before_the_loop_and_the_start_takes_it_over(
 ) -> None:
     loads = Loads()
     engines = _array(embedder, tiny_classifier_path, loads)
+    meters: list[int] = []  # the memory meter's readings: 1, 4, 9, 16 (thousand bytes)
+    engines.residency.meter = lambda: meters.append(len(meters) + 1) or meters[-1] ** 2 * 1000
     engines.begin_first_load()
     assert loads.done.wait(120), "the early load never ran"
     # the first model only, on its load thread, with no event loop anywhere yet
@@ -103,8 +105,11 @@ def test_the_first_model_loads_before_the_loop_and_the_start_takes_it_over(
     asyncio.run(serve())
     # taken over, not loaded again; the second model loaded by the start as before
     assert [name for name, _, _ in loads.loads] == ["embedder", "classifier"]
-    slot = engines.residency.named("embedder")
-    assert slot is not None and slot.measured_bytes > 0 and slot.load_seconds
+    # the early load measured from its own beginning (readings 1 -> 4), the next as before
+    # (9 -> 16): the meter read once each side of each load, nothing more
+    first, second = engines.residency.named("embedder"), engines.residency.named("classifier")
+    assert first is not None and second is not None and first.load_seconds
+    assert (first.measured_bytes, second.measured_bytes, len(meters)) == (3000, 7000, 4)
     assert sorted(loads.closed) == ["classifier", "embedder"]  # the stop closed both
 
 

@@ -11,6 +11,7 @@ the references after the activation (SPEC-NOTES, CPU)."""
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import httpx
@@ -133,3 +134,64 @@ async def test_models_info_and_the_log_say_which_path_and_why(
     assert info["backend_details"] == listed["backend_details"]
     said = [r.getMessage() for r in caplog.records if "auto serves" in r.getMessage()]
     assert said == [f"model minilm: auto serves {chosen.split('; ', 1)[1]}"], said
+
+
+@pytest.mark.usefixtures("bf16_cpu")
+def test_a_background_check_serves_float32_at_once_then_swaps_in_bf16(
+    minilm_path: Path,
+    minilm_graphs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--near-exact-check background, no cached verdict: the model is ready on float32
+    while the check waits (held here by a gate, so nothing depends on the host's speed);
+    requests sent while the check passes and the candidate swaps in all answer, within
+    the tier's bar; the verdict is then cached, and the next start serves bf16 at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sentence_transformers import SentenceTransformer
+
+    from ember.backends import near_exact
+    from ember.backends.upgrade import Upgradable
+
+    gate = threading.Event()
+    load_candidate = near_exact.load_candidate
+
+    def gated(model: object) -> object:
+        assert gate.wait(300), "the test never opened the gate"
+        return load_candidate(model)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(near_exact, "load_candidate", gated)
+    reference = SentenceTransformer(str(minilm_path), device="cpu").encode(TEXTS, batch_size=8)
+
+    def worst(vectors: np.ndarray) -> float:
+        norms = np.linalg.norm(vectors, axis=1) * np.linalg.norm(reference, axis=1)
+        return float(((vectors * reference).sum(1) / norms).min())
+
+    options = dict(
+        model_id=str(minilm_graphs["exported"]),
+        served_model_name="minilm",
+        device="cpu",
+        cache_dir=str(tmp_path),
+        near_exact_check="background",
+    )
+    with SyncEngineArray(**options) as ember:
+        served = ember.engines.get("minilm").backend
+        assert isinstance(served, Upgradable)
+        assert (served.info.name, served.info.dtype) == ("onnx", "float32")
+        assert "while the near-exact check runs" in served.info.details["chosen"]
+        assert worst(ember.embed(TEXTS)) >= 0.99999  # float32: the exact path's bar
+        with ThreadPoolExecutor(4) as pool:
+            during = [pool.submit(ember.embed, TEXTS) for _ in range(8)]
+            gate.set()
+            assert served.checked.wait(300), "the check never ended"
+            answers = [job.result(timeout=300) for job in during]
+        assert all(worst(vectors) >= 0.9999 for vectors in answers)
+        assert (served.info.name, served.info.dtype) == ("openvino", "bfloat16")
+        assert "near-exact openvino bfloat16" in served.info.details["chosen"]
+        assert worst(ember.embed(TEXTS)) >= 0.9999
+    with SyncEngineArray(**options) as ember:  # the verdict was cached: no check, no wrapper
+        backend = ember.engines.get("minilm").backend
+        assert not isinstance(backend, Upgradable)
+        assert (backend.info.name, backend.info.dtype) == ("openvino", "bfloat16")
+        assert "cached decision" in backend.info.details["chosen"]

@@ -97,6 +97,7 @@ def test_general_image_is_configured_for_docker_run(general: images.Built) -> No
     config = images.image_config(general.tag)["Config"]
     assert config["User"] == f"{GENERAL_USER}:{GENERAL_USER}"
     assert "HF_HUB_OFFLINE=1" in config["Env"]  # a start never calls the hub
+    assert "EMBER_NEAR_EXACT_CHECK=background" in config["Env"]  # ready before the probe
     labels = config["Labels"]
     assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
     assert labels["org.opencontainers.image.version"]
@@ -169,17 +170,22 @@ def test_general_image_serves_the_packaged_model(
 
 
 # Run inside the slim image: the near-exact path (OpenVINO bf16 over the baked graph, the
-# probe included) with the CPU kind forced, as tests/integration/test_near_exact_serving.py
-# forces it, so OpenVINO's CPU plugin and ONNX reader are exercised on any x86 host.
+# probe included, run beside serving as the image sets it) with the CPU kind forced, as
+# tests/integration/test_near_exact_serving.py forces it, so OpenVINO's CPU plugin and ONNX
+# reader are exercised on any x86 host.
 NEAR_EXACT_INSIDE = """
 import json, sys
 import ember.cpu
 ember.cpu.native_bf16 = lambda: "avx512_bf16"
 from ember.engine import SyncEngineArray
 with SyncEngineArray(model_id="sentence-transformers/all-MiniLM-L6-v2", device="cpu") as ember:
-    info = ember.engines.get("sentence-transformers/all-MiniLM-L6-v2").backend.info
+    backend = ember.engines.get("sentence-transformers/all-MiniLM-L6-v2").backend
+    wrapper = type(backend).__name__  # the image checks beside serving: Upgradable
+    assert backend.checked.wait(300), "the near-exact check never ended"
+    info = backend.info
     vectors = ember.embed(json.loads(sys.argv[1]))
-print(json.dumps({"backend": [info.name, info.dtype], "vectors": vectors.tolist()}))
+answer = {"wrapper": wrapper, "backend": [info.name, info.dtype], "vectors": vectors.tolist()}
+print(json.dumps(answer))
 """
 
 
@@ -192,6 +198,7 @@ def test_the_slim_image_runs_the_near_exact_path(
         timeout=300,
     )  # fmt: skip
     answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert answer["wrapper"] == "Upgradable"  # EMBER_NEAR_EXACT_CHECK=background, no verdict
     assert answer["backend"] == ["openvino", "bfloat16"], proc.stderr[-3000:]
     data = [{"index": i, "embedding": v} for i, v in enumerate(answer["vectors"])]
     assert_same_embeddings(data, reference)

@@ -81,7 +81,7 @@ def load_backend(model: ResolvedModel) -> Backend:
     # compares with, as a graph auto builds is: it gets the same default per CPU.
     from ember.backends.near_exact import settle
 
-    backend, precision = settle(model, backend)
+    backend, precision = settle(model, backend, reason)
     if precision is None:
         return _report(backend, reason)
     log.info("model %s: auto serves %s", model.served_name, precision)

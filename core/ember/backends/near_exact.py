@@ -25,8 +25,9 @@ LLM rerankers keep float32 (no probe compares them).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.util import find_spec
 from typing import Any
 
@@ -36,6 +37,7 @@ import ember.backends.artifacts as artifacts
 from ember import cpu
 from ember.backends.base import Backend
 from ember.backends.probe_set import PROBE_SIZE, probe_images, probe_pairs, probe_texts
+from ember.backends.upgrade import Upgradable
 from ember.models.spec import ResolvedModel
 from ember.outputs import is_dense
 
@@ -197,20 +199,42 @@ def load_candidate(model: ResolvedModel) -> Backend:
     return load(model)
 
 
-def settle(model: ResolvedModel, reference: Backend) -> tuple[Backend, str | None]:
+def settle(
+    model: ResolvedModel, reference: Backend, reason: str = ""
+) -> tuple[Backend, str | None]:
     """The backend that serves ``model`` (``reference``, fp32, or the bf16 candidate) and
     the words /v1/models and the log give for it (None where precision was not auto's to
-    choose: another dtype asked for, or not a float32 CPU path)."""
+    choose: another dtype asked for, or not a float32 CPU path). With ``--near-exact-check
+    background`` and no cached verdict: ``reference`` at once, wrapped so that the
+    candidate takes over when the check, run on a thread, passes (``upgrade``); ``reason``:
+    auto's choice, for the details the swapped-in backend then reports."""
     asked = model.runtime.dtype
     fp32_cpu = reference.info.device == "cpu" and reference.info.dtype == "float32"
     if not fp32_cpu or asked not in ("auto", "float32"):
         return reference, None
     if why_not := applies(model, reference):
         return reference, f"float32 ({why_not})"
-    unit = cpu.native_bf16()
-    name, dtype = CANDIDATE
     directory = decision_dir(model, reference)
     verdict = _cached(directory)
+    if verdict is None and model.spec.near_exact_check == "background":
+        served = Upgradable(reference)
+        check = threading.Thread(
+            target=_check_beside,
+            args=(model, served, reference, directory, reason),
+            name=f"near-exact-{model.served_name}",
+            daemon=True,
+        )
+        check.start()
+        return served, "float32 while the near-exact check runs (--near-exact-check background)"
+    return _decide(model, reference, directory, verdict)
+
+
+def _decide(
+    model: ResolvedModel, reference: Backend, directory: Any, verdict: Verdict | None
+) -> tuple[Backend, str]:
+    """The near-exact decision, from the cached ``verdict`` or checked now (and cached)."""
+    unit = cpu.native_bf16()
+    name, dtype = CANDIDATE
     source = "cached decision" if verdict is not None else "checked now"
     candidate: Backend | None = None
     if verdict is None or verdict.passed:
@@ -232,3 +256,42 @@ def settle(model: ResolvedModel, reference: Backend) -> tuple[Backend, str | Non
     if candidate is not None:
         candidate.close()
     return reference, f"float32 kept ({name} {dtype} on {unit}: {probe})"
+
+
+class _Kept:
+    """The reference as ``_decide`` sees it beside serving: it closes nothing (the
+    ``Upgradable`` closes the reference once it is no longer served)."""
+
+    def __init__(self, reference: Backend) -> None:
+        self._reference = reference
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reference, name)
+
+    def close(self) -> None:
+        pass
+
+
+def _check_beside(
+    model: ResolvedModel, served: Upgradable, reference: Backend, directory: Any, reason: str
+) -> None:
+    """The check, on its own thread at the forward priority, while ``served`` serves the
+    reference; the candidate is swapped in where it passes."""
+    cpu.lower_thread_priority(model.spec.forward_nice)
+    try:
+        kept = _Kept(reference)
+        chosen, words = _decide(model, kept, directory, None)  # type: ignore[arg-type]
+        if chosen is kept:
+            log.info("model %s: auto keeps %s", model.served_name, words)
+            return
+        details = {**chosen.info.details, "chosen": f"auto: {reason}; {words}"}
+        chosen.info = replace(chosen.info, details=details)
+        if served.upgrade(chosen):
+            log.info("model %s: auto serves %s, from now on", model.served_name, words)
+    except Exception:  # the check is an optimisation: float32 goes on serving
+        if served.closed:  # unloaded or stopping while it ran: nothing to say
+            log.debug("model %s: near-exact check ended by the close", model.served_name)
+        else:
+            log.warning("model %s: the near-exact check failed", model.served_name, exc_info=True)
+    finally:
+        served.settled()

@@ -346,15 +346,16 @@ class Residency:
             estimate = max(slot.measured_bytes, weight_bytes(path))
             await self._room(slot, estimate, deadline)
             slot.status, slot.memory_bytes, slot.error = "loading", estimate, None
-            # What models unloaded before freed late (a runtime's threads exit after its
-            # session is gone) goes back to the OS now: the measured "before" is then the
-            # process without them, and freed heap does not pile up across loads (200
-            # cycles of three tiny models grew resident memory 10-26% without this).
-            release_freed_memory()
-            before, started = self.meter(), time.perf_counter()
             if slot.early_before is not None:  # begun by begin_first_load: measured from there
                 before, slot.early_before = slot.early_before, None
-                started = slot.engine.load_began or started
+                started = slot.engine.load_began or time.perf_counter()
+            else:
+                # What models unloaded before freed late (a runtime's threads exit after its
+                # session is gone) goes back to the OS now: the measured "before" is then the
+                # process without them, and freed heap does not pile up across loads (200
+                # cycles of three tiny models grew resident memory 10-26% without this).
+                release_freed_memory()
+                before, started = self.meter(), time.perf_counter()
             try:
                 await slot.engine.start()
             except BaseException as exc:

@@ -45,6 +45,7 @@ class ModelSpec:
     backend: str = "auto"  # see ember.backends.choice
     device: str = "auto"
     dtype: str = "auto"
+    near_exact_check: str = "start"  # or "background" (ember.backends.near_exact.settle)
     pooling: Pooling | None = None  # None: from 1_Pooling/config.json
     embedding_dtype: str = "float32"  # what /v1/embeddings answers dense vectors in
     revision: str | None = None
