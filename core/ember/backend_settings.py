@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ember.models.spec import ModelSpec
 
+# The nice increment of the threads that load and run models (--forward-nice's default).
+FORWARD_NICE = 10
+
 
 @dataclass(frozen=True)
 class BackendSettings:
@@ -31,7 +34,9 @@ class BackendSettings:
     backend: str = "auto"  # see ember.backends.choice
     device: str = "auto"
     dtype: str = "auto"
+    near_exact_check: str = "start"  # or "background" (ember.backends.near_exact.settle)
     forward_workers: int = 0  # 0: auto (ember.cpu.cpu_forward_plan)
+    forward_nice: int = FORWARD_NICE  # the threads that load and run models (ember.cpu)
     torch_compile: bool = False
     trust_remote_code: bool = False
     cache_dir: Path | None = None  # None: ember.defaults.default_cache_dir()

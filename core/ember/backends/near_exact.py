@@ -216,7 +216,7 @@ def settle(
         return reference, f"float32 ({why_not})"
     directory = decision_dir(model, reference)
     verdict = _cached(directory)
-    if verdict is None and model.spec.near_exact_check == "background":
+    if verdict is None and model.runtime.near_exact_check == "background":
         served = Upgradable(reference)
         check = threading.Thread(
             target=_check_beside,
@@ -277,7 +277,7 @@ def _check_beside(
 ) -> None:
     """The check, on its own thread at the forward priority, while ``served`` serves the
     reference; the candidate is swapped in where it passes."""
-    cpu.lower_thread_priority(model.spec.forward_nice)
+    cpu.lower_thread_priority(model.runtime.forward_nice)
     try:
         kept = _Kept(reference)
         chosen, words = _decide(model, kept, directory, None)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -29,8 +29,9 @@ from ember.engine.batcher import (
     padding_budget_for,
     representative_tokens_for,
 )
-from ember.engine.cache import EmbeddingCache, embed_through, model_identity
+from ember.engine.cache import EmbeddingCache, embed_through
 from ember.engine.forward import Piece, at_priority, run_batch
+from ember.engine.loading import Loaded, close_unused, load_parts
 from ember.engine.long_inputs import LongInputs
 from ember.engine.long_rerank import LongRerank, Pair
 from ember.engine.prepare import Prepare, Preparer
@@ -40,18 +41,16 @@ from ember.engine.shares import LanePolicy
 from ember.engine.start_failure import start_failure
 from ember.engine.text_inputs import TextInputs
 from ember.engine.warm_up import warm_up
-from ember.errors import BadRequest, ConfigError, EmberError, NotReady, RequestTimeout
+from ember.errors import BadRequest, EmberError, NotReady, RequestTimeout
 from ember.families.base import Family
-from ember.families.resolve import resolve_model
 from ember.heads.base import Head
-from ember.heads.build import build_heads
 from ember.lanes import current as current_lane
 from ember.media.budget import MediaBudget
 from ember.metrics import Metrics
 from ember.models.score_activation import served_activation
 from ember.models.spec import ModelSpec, ResolvedModel
 from ember.outputs import Logits, MultiVectors, output_type
-from ember.processors import TextProcessor, build_processor
+from ember.processors import TextProcessor
 
 log = logging.getLogger(__name__)
 
@@ -61,23 +60,6 @@ def _served(inputs: int, result: Result) -> Result:
     its inputs/tokens rate limits): what a request served, counted once per engine call."""
     charge(inputs, result.prompt_tokens)
     return result
-
-
-@dataclass(frozen=True)
-class _Loaded:
-    """A load's work off the event loop (``Engine.begin_load``), and its seconds."""
-
-    model: ResolvedModel
-    backend: Backend
-    processor: TextProcessor
-    heads: dict[Output, Head]
-    identity: str | None  # the cache keys' model part; None without a cache
-    seconds: float
-
-
-def _close_unused(loading: Future[_Loaded]) -> None:
-    if not loading.cancelled() and loading.exception() is None:
-        loading.result().backend.close()
 
 
 def _retrieved(future: asyncio.Future) -> None:
@@ -116,7 +98,7 @@ class Engine:
         self.ready = False
         self.load_seconds = 0.0
         self.load_began: float | None = None  # perf_counter: when this engine's load began
-        self._loading: Future[_Loaded] | None = None  # the load begun, not yet taken over
+        self._loading: Future[Loaded] | None = None  # the load begun, not yet taken over
         self.warmup_seconds = 0.0
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -127,40 +109,9 @@ class Engine:
         (ONNX Runtime's session is built outside the GIL)."""
         if self._loading is None and not self.ready:
             self.load_began = time.perf_counter()
+            work = partial(load_parts, self.spec, self._backend_loader, self.cache is not None)
             name = f"load-{self.name}"
-            self._loading = at_priority(self._load_parts, self.spec.forward_nice, name)
-
-    def _load_parts(self) -> _Loaded:
-        """What a load builds with no event loop: the model resolved, its backend loaded,
-        its processor and heads. A failure past resolving is one line (``start_failure``)."""
-        started = time.perf_counter()
-        model = resolve_model(self.spec)
-        try:
-            backend = self._backend_loader(model)
-        except EmberError:
-            raise
-        except Exception as exc:
-            log.debug("loading model %s failed", model.served_name, exc_info=True)
-            raise start_failure(model, self.spec.backend, exc) from exc
-        try:
-            processor = build_processor(model, backend.max_length)
-            if processor.masks_positions and not backend.masked_positions:
-                raise ConfigError(
-                    f"model {model.served_name!r} returns query-expansion positions masked "
-                    f"from attention, which the {backend.info.name} backend as loaded does not "
-                    "compute (ct2 takes lengths; flash-attn drops masked positions); serve it "
-                    "with --backend onnx, or torch without flash-attn"
-                )
-            heads = build_heads(model)
-            identity = model_identity(model, backend.info) if self.cache is not None else None
-        except BaseException as exc:
-            backend.close()
-            if isinstance(exc, EmberError) or not isinstance(exc, Exception):
-                raise
-            log.debug("starting model %s failed", model.served_name, exc_info=True)
-            raise start_failure(model, backend.info.name, exc) from exc
-        seconds = time.perf_counter() - started
-        return _Loaded(model, backend, processor, heads, identity, seconds)
+            self._loading = at_priority(work, self.spec.forward_nice, name)
 
     async def start(self) -> None:
         """Load (or take over the load ``begin_load`` began) and warm up; returns when the
@@ -252,7 +203,7 @@ class Engine:
     async def stop(self) -> None:
         self.ready = False
         if self._loading is not None:  # a load begun and never taken over: closed when done
-            self._loading.add_done_callback(_close_unused)
+            self._loading.add_done_callback(close_unused)
             self._loading = None
         if self.batcher:
             await self.batcher.stop()

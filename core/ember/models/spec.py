@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from ember.backend_settings import BackendSettings
+from ember.backend_settings import FORWARD_NICE, BackendSettings
 from ember.lanes import WEIGHTS
 from ember.outputs import Activation
 
@@ -32,7 +32,6 @@ MAX_BATCH_TOKENS = 8192
 MAX_BATCH_SIZE = 32
 MAX_QUEUE_SIZE = 4096
 REQUEST_TIMEOUT = 60.0
-FORWARD_NICE = 10
 
 
 @dataclass(frozen=True)
