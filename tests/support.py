@@ -85,6 +85,21 @@ def child_env(
     return env
 
 
+def run_python(*args: str, timeout: float = 600) -> list[str]:
+    """``python *args`` in a child of its own (no inherited ``EMBER_*`` settings), which
+    must exit 0; its standard output's lines."""
+    child = subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO,
+        env=child_env(drop_prefixes=("EMBER_",)),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    return child.stdout.strip().splitlines()
+
+
 def spawn(cmd: list[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen:
     """Start ``cmd`` in its own process group (so ``stop_process`` ends all it forks)."""
     with open(log_path, "wb") as log:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +20,7 @@ from ember.config import settings_from_env
 from ember.engine.array import EngineArray
 from ember.engine.requests import ClassifyRequest, EmbedRequest
 from ember.models.spec import ResolvedModel
-from tests.support import REPO, child_env
+from tests.support import run_python
 
 SERVING = dict(backend="onnx", dtype="float32", device="cpu", max_batch_tokens="1024")
 
@@ -170,16 +168,7 @@ print(sys.modules.get("pydantic.v1", "absent"))
 
 
 def _app_run(model: Path, how: str) -> list[str]:
-    child = subprocess.run(
-        [sys.executable, "-c", APP.format(SERVING=SERVING), str(model), how],
-        cwd=REPO,
-        env=child_env(drop_prefixes=("EMBER_",)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert child.returncode == 0, child.stderr[-3000:]
-    return child.stdout.strip().splitlines()[-2:]
+    return run_python("-c", APP.format(SERVING=SERVING), str(model), how)[-2:]
 
 
 def test_the_server_answers_the_same_without_pydantic_v1(embedder: Path) -> None:

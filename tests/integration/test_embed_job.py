@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tests.support import REPO, child_env
+from tests.support import REPO, child_env, run_python
 
 ROWS = 2400
 SHARD_ROWS = 100
@@ -90,16 +90,7 @@ def test_killed_job_resumes_with_every_row_once_in_order(tmp_path: Path, minilm_
     killed_at = _rows_done(out)
     assert 3 * SHARD_ROWS <= killed_at < ROWS
 
-    second = subprocess.run(
-        [sys.executable, "-m", "ember", "embed", *args],
-        cwd=REPO,
-        env=child_env(drop_prefixes=("EMBER_",)),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert second.returncode == 0, second.stderr[-3000:]
-    summary = json.loads(second.stdout.strip().splitlines()[-1])
+    summary = json.loads(run_python("-m", "ember", "embed", *args, timeout=300)[-1])
     assert summary["rows"] == ROWS and summary["resumed_from"] >= killed_at
     assert summary["rows_this_run"] == ROWS - summary["resumed_from"]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from ember.config import settings_from_env
 from ember.engine.array import EngineArray
 from ember.engine.memory import resident_bytes
 from ember.engine.requests import ClassifyRequest, EmbedRequest, RerankRequest
-from tests.support import REPO, child_env
+from tests.support import run_python
 
 VOCAB = 2000  # MiniLM's first 2000 tokens: specials, characters and the commonest words
 NAMES = ("embedder", "reranker", "classifier")
@@ -101,16 +100,8 @@ async def _cycles(models_dir: Path) -> dict[str, object]:
 def test_200_loads_and_unloads_leave_memory_where_it_started(models_dir: Path) -> None:
     """Measured in a process of its own: in the suite's process, whatever earlier tests left
     (models, threads, freed arenas) moves the resident bytes by more than 3%."""
-    child = subprocess.run(
-        [sys.executable, "-m", "tests.integration.test_models_on_demand", str(models_dir)],
-        cwd=REPO,
-        env=child_env(drop_prefixes=("EMBER_",)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert child.returncode == 0, child.stderr[-3000:]
-    found = json.loads(child.stdout.strip().splitlines()[-1])
+    lines = run_python("-m", "tests.integration.test_models_on_demand", str(models_dir))
+    found = json.loads(lines[-1])
     start, end = found["start"], found["end"]
     assert sum(found["loads"].values()) == 230  # every call loaded its model
     assert end <= start * 1.03, f"{start} -> {end} bytes after 200 cycles"

@@ -230,9 +230,16 @@ def settle(
 
 
 def _decide(
-    model: ResolvedModel, reference: Backend, directory: Any, verdict: Verdict | None
+    model: ResolvedModel,
+    reference: Backend,
+    directory: Any,
+    verdict: Verdict | None,
+    *,
+    close_reference: bool = True,
 ) -> tuple[Backend, str]:
-    """The near-exact decision, from the cached ``verdict`` or checked now (and cached)."""
+    """The near-exact decision, from the cached ``verdict`` or checked now (and cached);
+    ``close_reference`` False: a candidate that passes leaves the reference open (beside
+    serving, the ``Upgradable`` closes it after its last batch)."""
     unit = cpu.native_bf16()
     name, dtype = CANDIDATE
     source = "cached decision" if verdict is not None else "checked now"
@@ -251,25 +258,12 @@ def _decide(
     assert verdict is not None
     probe = f"{verdict.words()} on {verdict.inputs} probe inputs, {source}"
     if verdict.passed and candidate is not None:
-        reference.close()
+        if close_reference:
+            reference.close()
         return candidate, f"near-exact {name} {dtype} (this CPU has {unit}; {probe})"
     if candidate is not None:
         candidate.close()
     return reference, f"float32 kept ({name} {dtype} on {unit}: {probe})"
-
-
-class _Kept:
-    """The reference as ``_decide`` sees it beside serving: it closes nothing (the
-    ``Upgradable`` closes the reference once it is no longer served)."""
-
-    def __init__(self, reference: Backend) -> None:
-        self._reference = reference
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._reference, name)
-
-    def close(self) -> None:
-        pass
 
 
 def _check_beside(
@@ -279,9 +273,8 @@ def _check_beside(
     reference; the candidate is swapped in where it passes."""
     cpu.lower_thread_priority(model.runtime.forward_nice)
     try:
-        kept = _Kept(reference)
-        chosen, words = _decide(model, kept, directory, None)  # type: ignore[arg-type]
-        if chosen is kept:
+        chosen, words = _decide(model, reference, directory, None, close_reference=False)
+        if chosen is reference:
             log.info("model %s: auto keeps %s", model.served_name, words)
             return
         details = {**chosen.info.details, "chosen": f"auto: {reason}; {words}"}
