@@ -86,6 +86,45 @@ def podman(*args: str, timeout: float = 120.0, check: bool = True) -> subprocess
     return proc
 
 
+# What one run of the image tests may add before its end reclaims it: every image's
+# rebuilt layers (the tree changes each commit), BentoML's and podman's copies while they
+# commit a layer (in /var/tmp), and the bento itself. Measured at ~12 GiB; kept with room.
+RUN_NEEDS_GIB = 20.0
+TEST_TAGS = "localhost/ember-test"  # what the tests build; the bases are kept (slow to make)
+
+
+def _free_gib() -> dict[str, float]:
+    """Free space where podman stores images and where it stages a layer (image_copy_tmp_dir,
+    /var/tmp by default): one full disk there fails a build half-way."""
+    root = podman("info", "--format", "{{.Store.GraphRoot}}").stdout.strip()
+    places = {root: Path(root), "/var/tmp": Path(os.environ.get("TMPDIR", "/var/tmp"))}
+    return {name: shutil.disk_usage(path).free / 2**30 for name, path in places.items()}
+
+
+def reclaim(needs_gib: float = RUN_NEEDS_GIB) -> dict[str, float]:
+    """Clear what earlier runs left before building: stopped containers and dangling images
+    (each run's rebuild leaves the previous images untagged; the current images' layer cache
+    stays). Where the disk is still short of ``needs_gib``, the test images go too (rebuilt,
+    cold); where even that is short, fail here saying so, not half-way through a build.
+    Returns the free GiB found at the end, per place."""
+    podman("container", "prune", "--force", timeout=300, check=False)
+    podman("image", "prune", "--force", timeout=900, check=False)
+    free = _free_gib()
+    if min(free.values()) < needs_gib:
+        tags = podman("images", "--format", "{{.Repository}}:{{.Tag}}", TEST_TAGS, check=False)
+        for tag in tags.stdout.split():
+            podman("rmi", "--force", tag, timeout=300, check=False)
+        podman("image", "prune", "--force", timeout=900, check=False)
+        free = _free_gib()
+    short = {name: round(gib, 1) for name, gib in free.items() if gib < needs_gib}
+    if short:
+        raise RuntimeError(
+            f"the image tests need {needs_gib:.0f} GiB free; after clearing old images only "
+            f"{short} GiB is (see `podman system df`, `df -h`)"
+        )
+    return free
+
+
 def _pip_conf() -> Path:
     conf = CACHE / "pip.conf"
     lines = ["[global]", f"cert = {BUILD_CA}"]

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +38,15 @@ STAND_INS = Path(__file__).parent / "stand_ins"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _podman() -> None:
+def _podman() -> Iterator[None]:
     missing = images.missing_tools()
     if missing and images.in_ci():
         pytest.fail(f"CI must build the images, but {', '.join(missing)} is missing")
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed (apt-get install podman runc mmdebstrap)")
+    images.reclaim()
+    yield
+    images.reclaim(needs_gib=0.0)  # leave no untagged images behind for the next run
 
 
 @pytest.fixture(scope="module")
