@@ -98,32 +98,49 @@ def _free_gib() -> dict[str, float]:
     """Free space where podman stores images and where it stages a layer (image_copy_tmp_dir,
     /var/tmp by default): one full disk there fails a build half-way."""
     root = podman("info", "--format", "{{.Store.GraphRoot}}").stdout.strip()
-    places = {root: Path(root), "/var/tmp": Path(os.environ.get("TMPDIR", "/var/tmp"))}
-    return {name: shutil.disk_usage(path).free / 2**30 for name, path in places.items()}
+    return {place: shutil.disk_usage(place).free / 2**30 for place in (root, "/var/tmp")}
+
+
+def _short_of(needs_gib: float) -> bool:
+    return min(_free_gib().values()) < needs_gib
 
 
 def reclaim(needs_gib: float = RUN_NEEDS_GIB) -> dict[str, float]:
-    """Clear what earlier runs left before building: stopped containers and dangling images
-    (each run's rebuild leaves the previous images untagged; the current images' layer cache
-    stays). Where the disk is still short of ``needs_gib``, the test images go too (rebuilt,
-    cold); where even that is short, fail here saying so, not half-way through a build.
-    Returns the free GiB found at the end, per place."""
+    """Make room before building, clearing the least useful first: stopped containers;
+    then, where less than twice ``needs_gib`` is free, untagged images (what builds before
+    image_id()/drop_replaced() left, but also the layer cache of the Dockerfile's inner
+    stages: the next build of those is cold, so only when room runs short); then, where
+    still short of ``needs_gib``, the test images (rebuilt cold). Fails here, saying how much
+    is free where, when even that is short, not half-way through a build."""
     podman("container", "prune", "--force", timeout=300, check=False)
-    podman("image", "prune", "--force", timeout=900, check=False)
-    free = _free_gib()
-    if min(free.values()) < needs_gib:
+    if _short_of(2 * needs_gib):
+        podman("image", "prune", "--force", timeout=900, check=False)
+    if _short_of(needs_gib):
         tags = podman("images", "--format", "{{.Repository}}:{{.Tag}}", TEST_TAGS, check=False)
         for tag in tags.stdout.split():
             podman("rmi", "--force", tag, timeout=300, check=False)
         podman("image", "prune", "--force", timeout=900, check=False)
-        free = _free_gib()
-    short = {name: round(gib, 1) for name, gib in free.items() if gib < needs_gib}
+    free = _free_gib()
+    short = {place: round(gib, 1) for place, gib in free.items() if gib < needs_gib}
     if short:
         raise RuntimeError(
             f"the image tests need {needs_gib:.0f} GiB free; after clearing old images only "
             f"{short} GiB is (see `podman system df`, `df -h`)"
         )
     return free
+
+
+def image_id(tag: str) -> str | None:
+    """The image ``tag`` names now, if any."""
+    found = podman("image", "inspect", "--format", "{{.Id}}", tag, check=False)
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
+def drop_replaced(tag: str, previous: str | None) -> None:
+    """Remove the image ``tag`` named before a rebuild moved it (with the layers only it
+    used): each run rebuilds every test image, and what it replaced is dead weight."""
+    if previous is not None and previous != image_id(tag):
+        podman("rmi", previous, timeout=300, check=False)
 
 
 def _pip_conf() -> Path:
@@ -241,17 +258,22 @@ def build(
     target: str | None = None,
     timeout: float = BUILD_TIMEOUT,
     volumes: Sequence[str] | None = None,
+    layers: bool = True,
 ) -> Built:
     """``podman build`` as ``docker build`` would run it, in Docker's image format (OCI
     drops HEALTHCHECK), of ``target`` (a stage) where named, with ``volumes`` (default
-    ``build_volumes()``). Raises BuildFailed with the build's output tail."""
+    ``build_volumes()``). ``layers=False`` keeps no step's image (a build meant to fail leaves
+    none behind, holding the image it starts from). Raises BuildFailed with the output tail."""
     args = ["build", "--format", "docker", "--network", "host", "-f", str(dockerfile), "-t", tag]
     if target:
         args += ["--target", target]
+    if not layers:
+        args.append("--layers=false")
     for volume in build_volumes() if volumes is None else volumes:
         args += ["-v", volume]
     for key, value in (build_args or {}).items():
         args += ["--build-arg", f"{key}={value}"]
+    previous = image_id(tag)
     start = time.monotonic()
     proc = subprocess.run(
         ["podman", *args, str(context)],
@@ -263,6 +285,7 @@ def build(
     seconds = time.monotonic() - start
     if proc.returncode != 0:
         raise BuildFailed(f"{tag} did not build:\n{(proc.stdout + proc.stderr)[-6000:]}")
+    drop_replaced(tag, previous)
     return Built(tag, seconds, size_of(tag))
 
 
