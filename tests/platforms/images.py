@@ -86,7 +86,7 @@ def podman(*args: str, timeout: float = 120.0, check: bool = True) -> subprocess
     return proc
 
 
-# What one run of the image tests may add before its end reclaims it: every image's
+# What one run of the image tests takes on the disk at its peak: every image's
 # rebuilt layers (the tree changes each commit), BentoML's and podman's copies while they
 # commit a layer (in /var/tmp), and the bento itself: 7 GiB at the peak of a full run that
 # rebuilt every image on the 2-core CI host (59 -> 52 GiB free); kept with room.
