@@ -88,8 +88,9 @@ def podman(*args: str, timeout: float = 120.0, check: bool = True) -> subprocess
 
 # What one run of the image tests takes on the disk at its peak: every image's
 # rebuilt layers (the tree changes each commit), BentoML's and podman's copies while they
-# commit a layer (in /var/tmp), and the bento itself: 7 GiB at the peak of a full run that
-# rebuilt every image on the 2-core CI host (59 -> 52 GiB free); kept with room.
+# commit a layer (in /var/tmp), and the bento itself: two full `.ci/run`s on the 2-core CI
+# host took 7 and 12 GiB at their peak (59 -> 52 and 59 -> 47 GiB free, the clone's venv
+# included); kept with room.
 RUN_NEEDS_GIB = 20.0
 TEST_TAGS = "localhost/ember-test"  # what the tests build; the bases are kept (slow to make)
 
@@ -105,7 +106,7 @@ def _short_of(needs_gib: float) -> bool:
     return min(_free_gib().values()) < needs_gib
 
 
-def reclaim(needs_gib: float = RUN_NEEDS_GIB) -> dict[str, float]:
+def reclaim(needs_gib: float = RUN_NEEDS_GIB) -> None:
     """Make room before building, clearing the least useful first: stopped containers;
     then, where less than twice ``needs_gib`` is free, untagged images (what builds before
     image_id()/drop_replaced() left, but also the layer cache of the Dockerfile's inner
@@ -120,14 +121,12 @@ def reclaim(needs_gib: float = RUN_NEEDS_GIB) -> dict[str, float]:
         for tag in tags.stdout.split():
             podman("rmi", "--force", tag, timeout=300, check=False)
         podman("image", "prune", "--force", timeout=900, check=False)
-    free = _free_gib()
-    short = {place: round(gib, 1) for place, gib in free.items() if gib < needs_gib}
+    short = {place: round(gib, 1) for place, gib in _free_gib().items() if gib < needs_gib}
     if short:
         raise RuntimeError(
             f"the image tests need {needs_gib:.0f} GiB free; after clearing old images only "
             f"{short} GiB is (see `podman system df`, `df -h`)"
         )
-    return free
 
 
 def image_id(tag: str) -> str | None:
